@@ -1,0 +1,267 @@
+"""fastln: fast, accurate Layer Normalization for NumPy on CPUs.
+
+    >>> import numpy as np, fastln
+    >>> x = np.random.default_rng(0).standard_normal((4, 768), dtype=np.float32)
+    >>> y = fastln.layer_norm(x)
+    >>> bool(abs(y.mean(axis=-1)).max() < 1e-6)
+    True
+
+The arithmetic runs in C++ kernels (AVX2+FMA, NEON or scalar, picked at import); this module does
+the argument work: dtypes, shapes, axes, out=, and copies of layouts the kernels do not take.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import os
+from typing import Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _core
+from ._args import (
+    SUPPORTED,
+    as_float_array,
+    check_eps,
+    check_out,
+    normalize_axis,
+    param,
+    rows_view,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "layer_norm",
+    "LayerNorm",
+    "runtime_info",
+    "set_isa",
+    "get_isa",
+    "set_num_threads",
+    "get_num_threads",
+    "__version__",
+]
+
+_ISAS = ("scalar", "avx2", "neon")
+
+
+def _startup_check() -> None:
+    status, _ = _core.init_status()
+    if status != 0:
+        name = os.environ.get("FASTLN_ISA", "")
+        usable = ", ".join(n for n in _ISAS if _core.isa_supported(n))
+        if status == _core.UNKNOWN_ISA:
+            raise ImportError(
+                f"fastln: FASTLN_ISA={name!r} is not a known ISA; known: {', '.join(_ISAS)} "
+                f"(usable here: {usable})"
+            )
+        raise ImportError(
+            f"fastln: FASTLN_ISA={name!r} cannot run on this CPU or build; usable here: {usable}"
+        )
+
+
+_startup_check()
+
+ArrayLike = Union[np.ndarray, Sequence, float]
+
+
+
+# ---- runtime control -----------------------------------------------------------------------------
+
+def get_isa() -> str:
+    """The active instruction set: 'avx2', 'neon' or 'scalar'."""
+    return _core.isa()
+
+
+def set_isa(name: Optional[str]) -> None:
+    """Switch the kernels to ISA `name` ('scalar', 'avx2', 'neon'); None restores the automatic choice.
+
+    Raises ValueError for an unknown name and RuntimeError for an ISA this CPU or build cannot run;
+    the active ISA is then unchanged. Meant for tests and benchmarks: it affects the whole process.
+    """
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"ISA name must be a str or None, not {type(name).__name__}")
+    status = _core.set_isa(name)
+    if status == _core.UNKNOWN_ISA:
+        raise ValueError(f"unknown ISA {name!r}; known: {', '.join(_ISAS)}")
+    if status == _core.UNSUPPORTED_ISA:
+        usable = ", ".join(n for n in _ISAS if _core.isa_supported(n))
+        raise RuntimeError(f"ISA {name!r} cannot run on this CPU or build; usable here: {usable}")
+
+
+def set_num_threads(n: int) -> None:
+    """Use at most n threads; n = 0 follows OpenMP again (OMP_NUM_THREADS, threadpoolctl)."""
+    n = operator.index(n)
+    if n < 0:
+        raise ValueError(f"number of threads must be >= 0, got {n}")
+    _core.set_num_threads(n)
+
+
+def get_num_threads() -> int:
+    """The most threads a call may use (1 in a build without OpenMP)."""
+    return _core.get_num_threads()
+
+
+def runtime_info() -> dict:
+    """What this build and machine run: version, ISA, usable ISAs, OpenMP, threads, CUDA."""
+    return {
+        "version": __version__,
+        "isa": _core.isa(),
+        "best_isa": _core.best_isa(),
+        "isas": [n for n in _ISAS if _core.isa_supported(n)],
+        "openmp": _core.has_openmp(),
+        "num_threads": _core.get_num_threads(),
+        "cuda": _cuda_info(),
+    }
+
+
+def _cuda_info() -> dict:
+    return {"compiled": False, "available": False, "detail": "the CUDA path is not part of this build"}
+
+
+def layer_norm(
+    x: ArrayLike,
+    weight: Optional[ArrayLike] = None,
+    bias: Optional[ArrayLike] = None,
+    eps: float = 1e-5,
+    *,
+    axis: int = -1,
+    out: Optional[np.ndarray] = None,
+    return_stats: bool = False,
+):
+    """Layer normalization (Ba, Kiros & Hinton, 2016) over the axes [axis, x.ndim).
+
+    y = (x - mean) / sqrt(var + eps) * weight + bias, with mean and the biased variance taken over
+    the normalized axes of each example. These are the semantics of ONNX LayerNormalization and of
+    torch.nn.functional.layer_norm with normalized_shape = x.shape[axis:].
+
+    Parameters
+    ----------
+    x : array_like of float32 or float64, ndim >= 1, any strides.
+    weight, bias : None, or arrays of shape x.shape[axis:] (cast to x's dtype).
+    eps : float >= 0, added to the variance.
+    axis : first normalized axis (negative counts from the end).
+    out : array of x's shape and dtype to write into; may be x itself (in place).
+    return_stats : also return mean and rstd = 1/sqrt(var + eps), of shape x.shape[:axis].
+
+    Returns
+    -------
+    y, or (y, mean, rstd) when return_stats is true.
+
+    Examples
+    --------
+    >>> import numpy as np, fastln
+    >>> x = np.array([[1.0, 2.0, 3.0, 4.0]], dtype=np.float32)
+    >>> fastln.layer_norm(x, eps=0.0).round(4)
+    array([[-1.3416, -0.4472,  0.4472,  1.3416]], dtype=float32)
+    >>> y, mean, rstd = fastln.layer_norm(x, return_stats=True)
+    >>> float(mean[0])
+    2.5
+    """
+    x = as_float_array(x, "x")
+    ndim = x.ndim
+    if ndim == 0:
+        raise ValueError("x must have at least one dimension")
+    ax = normalize_axis(axis, ndim)
+    shape = x.shape
+    norm_shape = shape[ax:]
+    cols = math.prod(norm_shape)
+    rows = math.prod(shape[:ax])
+    if cols == 0:
+        raise ValueError(f"cannot normalize over a zero-size shape {norm_shape}")
+    e = check_eps(eps)
+    dt = x.dtype
+    w = param(weight, "weight", norm_shape, dt)
+    b = param(bias, "bias", norm_shape, dt)
+    if out is not None:
+        check_out(out, x)
+    y = out if out is not None else np.empty(shape, dtype=dt)
+    if return_stats:
+        mean = np.empty(shape[:ax], dtype=dt)
+        rstd = np.empty(shape[:ax], dtype=dt)
+    else:
+        mean = rstd = None
+    if rows == 0:
+        return (y, mean, rstd) if return_stats else y
+
+    x2 = rows_view(x, rows, cols)
+    if x2 is None:
+        x2 = np.ascontiguousarray(x).reshape(rows, cols)
+    y2 = rows_view(y, rows, cols)
+    # Write through a temporary when y's layout is one the kernels do not take, or when y overlaps x
+    # other than exactly (the kernels allow y == x element for element, nothing else).
+    if y2 is not None and out is not None and np.may_share_memory(x2, y2):
+        same = (
+            x2.__array_interface__["data"][0] == y2.__array_interface__["data"][0]
+            and x2.strides == y2.strides
+        )
+        if not same:
+            y2 = None
+    tmp = y2 is None
+    if tmp:
+        y2 = np.empty((rows, cols), dtype=dt)
+    _core.layer_norm_2d(
+        x2, y2, w, b,
+        None if mean is None else mean.reshape(-1),
+        None if rstd is None else rstd.reshape(-1),
+        e,
+    )
+    if tmp:
+        y[...] = y2.reshape(shape)
+    return (y, mean, rstd) if return_stats else y
+
+
+class LayerNorm:
+    """A layer norm with parameters, like torch.nn.LayerNorm.
+
+    >>> import numpy as np, fastln
+    >>> ln = fastln.LayerNorm(8)
+    >>> ln(np.ones((2, 8), dtype=np.float32)).shape
+    (2, 8)
+    """
+
+    def __init__(
+        self,
+        normalized_shape: Union[int, Sequence[int]],
+        eps: float = 1e-5,
+        elementwise_affine: bool = True,
+        bias: bool = True,
+        dtype=np.float32,
+    ) -> None:
+        if isinstance(normalized_shape, (int, np.integer)):
+            normalized_shape = (int(normalized_shape),)
+        self.normalized_shape: Tuple[int, ...] = tuple(operator.index(d) for d in normalized_shape)
+        if len(self.normalized_shape) == 0 or any(d <= 0 for d in self.normalized_shape):
+            raise ValueError(f"normalized_shape must be non-empty and positive, got {normalized_shape}")
+        self.eps = check_eps(eps)
+        self.dtype = np.dtype(dtype)
+        if self.dtype not in SUPPORTED:
+            raise TypeError(f"dtype {self.dtype} is not supported; use float32 or float64")
+        self.elementwise_affine = bool(elementwise_affine)
+        self.weight: Optional[np.ndarray] = None
+        self.bias: Optional[np.ndarray] = None
+        if self.elementwise_affine:
+            self.weight = np.ones(self.normalized_shape, dtype=self.dtype)
+            if bias:
+                self.bias = np.zeros(self.normalized_shape, dtype=self.dtype)
+
+    def _axis(self, x: np.ndarray) -> int:
+        k = len(self.normalized_shape)
+        if x.ndim < k or tuple(x.shape[-k:]) != self.normalized_shape:
+            raise ValueError(
+                f"input of shape {x.shape} does not end in normalized_shape {self.normalized_shape}"
+            )
+        return -k
+
+    def __call__(self, x: ArrayLike, *, out: Optional[np.ndarray] = None) -> np.ndarray:
+        x = as_float_array(x, "x")
+        return layer_norm(x, self.weight, self.bias, self.eps, axis=self._axis(x), out=out)
+
+    forward = __call__
+
+    def __repr__(self) -> str:
+        return (
+            f"LayerNorm({self.normalized_shape}, eps={self.eps}, "
+            f"elementwise_affine={self.elementwise_affine}, dtype={self.dtype})"
+        )

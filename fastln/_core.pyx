@@ -1,0 +1,144 @@
+# The thin layer between Python and the C API of include/fastln/fastln.h.
+#
+# fastln/__init__.py does the argument work (dtypes, shapes, axes, out=, copies). This layer only
+# re-checks what would make the C call unsafe (so a wrong call from Python raises instead of
+# crashing), takes raw pointers, releases the GIL, and maps status codes to exceptions.
+
+cimport numpy as cnp
+from libc.stdint cimport int64_t
+
+cnp.import_array()
+
+cdef extern from "fastln/fastln.h" nogil:
+    int FASTLN_OK
+    int FASTLN_ERR_UNKNOWN_ISA
+    int FASTLN_ERR_UNSUPPORTED_ISA
+    int fastln_layer_norm_f32_ld(const float *x, int64_t ldx, float *y, int64_t ldy,
+                                 const float *weight, const float *bias, float *mean, float *rstd,
+                                 int64_t rows, int64_t cols, double eps)
+    int fastln_layer_norm_f64_ld(const double *x, int64_t ldx, double *y, int64_t ldy,
+                                 const double *weight, const double *bias, double *mean,
+                                 double *rstd, int64_t rows, int64_t cols, double eps)
+    const char *fastln_status_string(int status)
+    const char *fastln_isa()
+    const char *fastln_best_isa()
+    int fastln_set_isa(const char *name)
+    int fastln_isa_supported(const char *name)
+    int fastln_init_status()
+    int fastln_set_num_threads(int n)
+    int fastln_get_num_threads()
+    int fastln_has_openmp()
+
+
+class FastlnError(RuntimeError):
+    """A status code from the C library that argument checking should have prevented."""
+
+
+cdef inline int _check(int status) except -1:
+    if status != FASTLN_OK:
+        raise FastlnError(fastln_status_string(status).decode())
+    return 0
+
+
+cdef inline int64_t _ld(cnp.ndarray a, int64_t cols) except -1:
+    """Row stride in elements of a 2-D array with unit inner stride."""
+    cdef int64_t item = cnp.PyArray_ITEMSIZE(a)
+    if cnp.PyArray_NDIM(a) != 2 or cnp.PyArray_DIMS(a)[1] != cols:
+        raise ValueError("internal: expected a 2-D array with %d columns" % cols)
+    if cols > 1 and cnp.PyArray_STRIDES(a)[1] != item:
+        raise ValueError("internal: inner stride must be one element")
+    cdef int64_t s0 = cnp.PyArray_STRIDES(a)[0]
+    if cnp.PyArray_DIMS(a)[0] <= 1:
+        return cols
+    if s0 % item != 0 or s0 // item < cols:
+        raise ValueError("internal: rows overlap or are misaligned")
+    return s0 // item
+
+
+cdef inline void *_vec(object a, int typenum, int64_t n, bint writable) except? NULL:
+    """Pointer to a contiguous 1-D array of n elements of typenum, or NULL for None."""
+    if a is None:
+        return NULL
+    cdef cnp.ndarray arr = <cnp.ndarray?>a
+    if (cnp.PyArray_TYPE(arr) != typenum or cnp.PyArray_SIZE(arr) != n
+            or not cnp.PyArray_IS_C_CONTIGUOUS(arr)
+            or (writable and not cnp.PyArray_ISWRITEABLE(arr))):
+        raise ValueError("internal: bad parameter or statistics array")
+    return cnp.PyArray_DATA(arr)
+
+
+def layer_norm_2d(cnp.ndarray x, cnp.ndarray y, weight, bias, mean, rstd, double eps):
+    """y[i, :] = layer norm of x[i, :]. x and y: 2-D, same dtype, unit inner stride."""
+    cdef int t = cnp.PyArray_TYPE(x)
+    if cnp.PyArray_TYPE(y) != t or (t != cnp.NPY_FLOAT32 and t != cnp.NPY_FLOAT64):
+        raise TypeError("internal: x and y must both be float32 or both float64")
+    if not cnp.PyArray_ISWRITEABLE(y):
+        raise ValueError("internal: y is read-only")
+    if cnp.PyArray_NDIM(x) != 2:
+        raise ValueError("internal: x must be 2-D")
+    cdef int64_t rows = cnp.PyArray_DIMS(x)[0], cols = cnp.PyArray_DIMS(x)[1]
+    if cnp.PyArray_DIMS(y)[0] != rows:
+        raise ValueError("internal: x and y differ in rows")
+    cdef int64_t ldx = _ld(x, cols), ldy = _ld(y, cols)
+    cdef void *w = _vec(weight, t, cols, False)
+    cdef void *b = _vec(bias, t, cols, False)
+    cdef void *m = _vec(mean, t, rows, True)
+    cdef void *r = _vec(rstd, t, rows, True)
+    cdef void *px = cnp.PyArray_DATA(x)
+    cdef void *py = cnp.PyArray_DATA(y)
+    cdef int status
+    with nogil:
+        if t == cnp.NPY_FLOAT32:
+            status = fastln_layer_norm_f32_ld(<const float *>px, ldx, <float *>py, ldy,
+                                              <const float *>w, <const float *>b, <float *>m,
+                                              <float *>r, rows, cols, eps)
+        else:
+            status = fastln_layer_norm_f64_ld(<const double *>px, ldx, <double *>py, ldy,
+                                              <const double *>w, <const double *>b, <double *>m,
+                                              <double *>r, rows, cols, eps)
+    _check(status)
+
+
+# ---- runtime control ---------------------------------------------------------------------------
+
+def isa():
+    return fastln_isa().decode()
+
+
+def best_isa():
+    return fastln_best_isa().decode()
+
+
+def isa_supported(str name):
+    return bool(fastln_isa_supported(name.encode()))
+
+
+def init_status():
+    """(status, message) of reading FASTLN_ISA when the library started."""
+    cdef int s = fastln_init_status()
+    return s, fastln_status_string(s).decode()
+
+
+def set_isa(name):
+    cdef int s
+    if name is None:
+        s = fastln_set_isa(NULL)
+    else:
+        s = fastln_set_isa((<str?>name).encode())
+    return s
+
+
+UNKNOWN_ISA = FASTLN_ERR_UNKNOWN_ISA
+UNSUPPORTED_ISA = FASTLN_ERR_UNSUPPORTED_ISA
+
+
+def set_num_threads(int n):
+    _check(fastln_set_num_threads(n))
+
+
+def get_num_threads():
+    return fastln_get_num_threads()
+
+
+def has_openmp():
+    return bool(fastln_has_openmp())

@@ -1,0 +1,31 @@
+"""Float64 NumPy twins of fastln's ops: slow, obviously right, and what the tests compare against.
+
+Each takes the same arguments as the fast op and computes in float64 (two passes, exact enough to
+serve as ground truth for float32 and float64 alike), returning float64 arrays.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _norm_axes(ndim: int, axis: int) -> tuple:
+    ax = axis % ndim
+    return tuple(range(ax, ndim))
+
+
+def layer_norm(x, weight=None, bias=None, eps=1e-5, *, axis=-1, return_stats=False):
+    x = np.asarray(x, dtype=np.float64)
+    axes = _norm_axes(x.ndim, axis)
+    mean = x.mean(axis=axes, keepdims=True)
+    d = x - mean
+    var = (d * d).mean(axis=axes, keepdims=True)
+    rstd = 1.0 / np.sqrt(var + eps)
+    y = d * rstd
+    if weight is not None:
+        y = y * np.asarray(weight, dtype=np.float64)
+    if bias is not None:
+        y = y + np.asarray(bias, dtype=np.float64)
+    if return_stats:
+        return y, mean.reshape(x.shape[: axes[0]]), rstd.reshape(x.shape[: axes[0]])
+    return y

@@ -1,0 +1,73 @@
+/* fastln: Layer Normalization and RMSNorm for CPUs.
+ *
+ * The plain C API. It is what the Python extension calls and what an embedded C or C++ program
+ * links against (libfastln.a / libfastln.so). No C++ exception crosses it: every call returns a
+ * status code, 0 on success and negative on bad arguments.
+ *
+ * Layout: `rows` examples of `cols` features each; row i starts at x + i * ldx (ldx >= cols, in
+ * elements). The plain calls take densely packed rows (ld == cols). Statistics are per row:
+ * mean[i], rstd[i] = 1 / sqrt(var[i] + eps) with the biased variance, as in torch and ONNX.
+ * Any of weight, bias, mean, rstd may be NULL.
+ */
+#ifndef FASTLN_FASTLN_H_
+#define FASTLN_FASTLN_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum fastln_status {
+  FASTLN_OK = 0,
+  FASTLN_ERR_NULL_POINTER = -1,  /* x or y (or another required pointer) is NULL */
+  FASTLN_ERR_BAD_SHAPE = -2,     /* rows < 0, cols <= 0, or a leading dimension < cols */
+  FASTLN_ERR_BAD_EPS = -3,       /* eps negative or not finite */
+  FASTLN_ERR_UNKNOWN_ISA = -4,   /* fastln_set_isa: a name fastln does not know */
+  FASTLN_ERR_UNSUPPORTED_ISA = -5, /* fastln_set_isa: known, but this CPU or build cannot run it */
+  FASTLN_ERR_BAD_ARGUMENT = -6   /* any other invalid argument */
+};
+
+/* y = (x - mean) * rstd * weight + bias, per row. */
+int fastln_layer_norm_f32(const float *x, float *y, const float *weight, const float *bias,
+                          float *mean, float *rstd, int64_t rows, int64_t cols, float eps);
+int fastln_layer_norm_f64(const double *x, double *y, const double *weight, const double *bias,
+                          double *mean, double *rstd, int64_t rows, int64_t cols, double eps);
+
+/* The same with leading dimensions (row strides, in elements) for x and y. y may equal x when
+ * ldy == ldx (in place). eps is a double here for both dtypes, so that a float64 caller's eps is
+ * used as given. */
+int fastln_layer_norm_f32_ld(const float *x, int64_t ldx, float *y, int64_t ldy,
+                             const float *weight, const float *bias, float *mean, float *rstd,
+                             int64_t rows, int64_t cols, double eps);
+int fastln_layer_norm_f64_ld(const double *x, int64_t ldx, double *y, int64_t ldy,
+                             const double *weight, const double *bias, double *mean,
+                             double *rstd, int64_t rows, int64_t cols, double eps);
+
+/* A short English sentence for a status code; never NULL. */
+const char *fastln_status_string(int status);
+
+/* The active instruction set: "scalar", "avx2" or "neon". */
+const char *fastln_isa(void);
+/* Force an ISA by name, or restore the automatic choice with NULL or "auto". Returns
+ * FASTLN_ERR_UNKNOWN_ISA or FASTLN_ERR_UNSUPPORTED_ISA and leaves the choice unchanged on error. */
+int fastln_set_isa(const char *name);
+/* FASTLN_OK, or why the FASTLN_ISA environment variable could not be honoured (then every kernel
+ * call fails with this status until fastln_set_isa picks an ISA). */
+int fastln_init_status(void);
+/* 1 if this build and CPU can run the named ISA, else 0. */
+int fastln_isa_supported(const char *name);
+/* The ISA picked automatically for this CPU (the best usable one). */
+const char *fastln_best_isa(void);
+
+/* Threads: 0 means "follow OpenMP" (OMP_NUM_THREADS, omp_set_num_threads, threadpoolctl). */
+int fastln_set_num_threads(int n);
+int fastln_get_num_threads(void);
+/* 1 if built with OpenMP. */
+int fastln_has_openmp(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FASTLN_FASTLN_H_ */

@@ -1,0 +1,98 @@
+// Every kernel, written once over the vector API of simd/vec_<isa>.h.
+//
+// Included by kernels_<isa>.cpp after that header, with FASTLN_NS naming the ISA's namespace. All
+// of it sits in an anonymous namespace inside fastln::FASTLN_NS: each copy has internal linkage, so
+// the linker can never merge an AVX2-compiled helper into code that runs before dispatch. For the
+// same reason nothing here needs a dynamic initializer (the tables below are constexpr), and no
+// standard-library template is instantiated: an inline std:: function compiled with -mavx2 would be
+// a COMDAT the linker could pick for baseline callers.
+//
+// No per-ISA #if inside: what differs between ISAs is the lane count, and that is Simd<T>::N.
+
+#include <stdint.h>
+
+#include "kernel_table.h"
+
+namespace fastln {
+namespace FASTLN_NS {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Small helpers (no <cmath>: see above).
+
+inline bool IsFinite(double v) { return v - v == 0.0; }  // false for NaN and +-Inf
+inline double Sqrt(double v) { return __builtin_sqrt(v); }
+inline int64_t Min(int64_t a, int64_t b) { return a < b ? a : b; }
+inline double Abs(double v) { return v < 0 ? -v : v; }
+
+// Welford updates each lane with m += (x - m) / (j + 1). The division is replaced by a multiply
+// with 1/(j+1) from this table; rows longer than kChunk steps per lane run in chunks of kChunk that
+// are merged with Chan's formula, so the table stays small and in L1.
+constexpr int kChunk = 256;
+
+struct RcpTable {
+  float f[kChunk];
+  double d[kChunk];
+  constexpr RcpTable() : f(), d() {
+    for (int j = 0; j < kChunk; ++j) {
+      d[j] = 1.0 / (j + 1);
+      f[j] = static_cast<float>(1.0 / (j + 1));
+    }
+  }
+};
+constexpr RcpTable kRcp{};
+
+template <class T> inline T Rcp(int64_t j);
+template <> inline float Rcp<float>(int64_t j) { return kRcp.f[j]; }
+template <> inline double Rcp<double>(int64_t j) { return kRcp.d[j]; }
+
+// Below this, var + eps is too small for the fast path's squares: they would be denormal or zero in
+// T. Such rows (and rows with overflow, NaN or Inf) take the exact fallback path.
+template <class T> inline double TinyVar();
+template <> inline double TinyVar<float>() { return 0x1p-100; }
+template <> inline double TinyVar<double>() { return 0x1p-900; }
+
+// Mean and sum of squared deviations of a set of n values, both in double.
+struct Moments {
+  double n;
+  double mean;
+  double m2;
+};
+
+// Chan et al.: merge two disjoint sets.
+inline Moments Merge(const Moments &a, const Moments &b) {
+  if (a.n == 0) return b;
+  if (b.n == 0) return a;
+  const double n = a.n + b.n;
+  const double delta = b.mean - a.mean;
+  return Moments{n, a.mean + delta * (b.n / n), a.m2 + b.m2 + delta * delta * (a.n * b.n / n)};
+}
+
+}  // namespace
+}  // namespace FASTLN_NS
+}  // namespace fastln
+
+// The ops. Each file opens the same namespaces, so every copy stays private to this ISA.
+#define FASTLN_OPS_BEGIN \
+  namespace fastln {     \
+  namespace FASTLN_NS {  \
+  namespace {
+#define FASTLN_OPS_END \
+  }                    \
+  }                    \
+  }
+
+#include "ops/layer_norm-inl.h"
+
+namespace fastln {
+namespace FASTLN_NS {
+
+// Constant-initialized: no code runs at load time.
+constexpr KernelTable kTable = {
+    FASTLN_ISA_NAME,
+    &LayerNormRows<float>,
+    &LayerNormRows<double>,
+};
+
+}  // namespace FASTLN_NS
+}  // namespace fastln

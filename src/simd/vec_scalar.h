@@ -1,0 +1,29 @@
+// The scalar "vector": one lane. Kernels written over the vector API compile to plain C++ with it,
+// which is both the portable fallback and the ISA the tests compare every other one against.
+#ifndef FASTLN_SIMD_VEC_SCALAR_H_
+#define FASTLN_SIMD_VEC_SCALAR_H_
+
+namespace fastln {
+namespace FASTLN_NS {
+
+template <class T>
+struct Simd {
+  using V = T;
+  static constexpr int N = 1;
+  static inline V Load(const T *p) { return *p; }
+  static inline void Store(T *p, V v) { *p = v; }
+  static inline V Set(T a) { return a; }
+  static inline V Zero() { return T(0); }
+  static inline V Add(V a, V b) { return a + b; }
+  static inline V Sub(V a, V b) { return a - b; }
+  static inline V Mul(V a, V b) { return a * b; }
+  // a * b + c. Written as two operations on purpose: the scalar path must not depend on whether the
+  // compiler contracts it into an FMA, so that it behaves the same on every target.
+  static inline V MulAdd(V a, V b, V c) { return a * b + c; }
+  static inline T ReduceSum(V a) { return a; }
+};
+
+}  // namespace FASTLN_NS
+}  // namespace fastln
+
+#endif  // FASTLN_SIMD_VEC_SCALAR_H_

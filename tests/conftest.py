@@ -1,0 +1,27 @@
+"""Shared fixtures. Every numerical test takes `isa`, so it runs once per ISA usable here."""
+
+import numpy as np
+import pytest
+
+import fastln
+
+USABLE_ISAS = fastln.runtime_info()["isas"]
+
+
+@pytest.fixture(params=USABLE_ISAS)
+def isa(request):
+    """Force one ISA for the test, check that it is really active, and restore the automatic one."""
+    fastln.set_isa(request.param)
+    assert fastln.get_isa() == request.param
+    yield request.param
+    fastln.set_isa(None)
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(12345)
+
+
+def pytest_report_header(config):
+    info = fastln.runtime_info()
+    return f"fastln {info['version']}: isa={info['isa']} usable={info['isas']} openmp={info['openmp']} threads={info['num_threads']}"
