@@ -2,7 +2,7 @@
 // says that the ISA is absent.
 #include "kernel_table.h"
 
-#if defined(__aarch64__) && defined(FASTLN_HAVE_VEC_NEON)
+#if defined(__aarch64__)
 #define FASTLN_NS neon
 #define FASTLN_ISA_NAME "neon"
 #include "simd/vec_neon.h"
