@@ -1,0 +1,66 @@
+"""Portable builds: the code that runs before dispatch has no AVX instruction.
+
+A wheel built on an AVX2 machine must import and run (scalar kernels) on an x86-64 CPU without AVX.
+Only kernels_avx2.cpp is compiled with -mavx2, and everything in it that dispatch does not guard
+lives in namespace fastln::avx2. So: disassemble the extension and look for AVX in every other
+function. This catches -mavx2 (or -march=native) leaking into the baseline flags, and an inline
+function compiled with -mavx2 that the linker picked for baseline callers (a COMDAT merge).
+"""
+
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from fastln import _core
+
+pytestmark = [
+    pytest.mark.skipif(os.uname().machine != "x86_64", reason="x86-64 only: NEON is baseline on aarch64"),
+    pytest.mark.skipif(shutil.which("objdump") is None, reason="needs objdump (binutils)"),
+]
+
+FUNC = re.compile(r"^[0-9a-f]+ <(.*)>:$")
+# AVX and later: 256/512-bit registers, AVX-512 mask registers, or a VEX/EVEX-encoded instruction
+# (AT&T mnemonics starting with "v" on vector registers: vmovups, vfmadd231ps, vzeroupper, ...).
+YMM_ZMM_K = re.compile(r"%(ymm|zmm)\d+|%k[0-7]\b")
+VEX_MNEMONIC = re.compile(r"^v[a-z0-9]+$")
+
+
+def avx_users(path):
+    """{demangled function name: first AVX instruction} for every function that uses AVX."""
+    r = subprocess.run(
+        ["objdump", "-d", "-C", "--no-show-raw-insn", path], capture_output=True, text=True, check=True
+    )
+    users = {}
+    func = None
+    for line in r.stdout.splitlines():
+        m = FUNC.match(line)
+        if m:
+            func = m.group(1)
+            continue
+        parts = line.split("\t")
+        if func is None or len(parts) < 2:
+            continue
+        insn = parts[1].strip()
+        mnemonic = insn.split(" ", 1)[0]
+        if YMM_ZMM_K.search(insn) or (VEX_MNEMONIC.match(mnemonic) and "%xmm" in insn) or mnemonic == "vzeroupper":
+            users.setdefault(func, insn)
+    return users
+
+
+def in_avx2_namespace(func):
+    """Whether a demangled name is in fastln::avx2 (templates show their return type first)."""
+    return re.search(r"(^|\s)fastln::avx2::", func.split("(", 1)[0]) is not None
+
+
+def test_no_avx_before_dispatch():
+    users = avx_users(_core.__file__)
+    # The AVX2 kernels are there and use AVX: the scan itself works.
+    assert any(in_avx2_namespace(f) for f in users), sorted(users)[:20]
+    leaked = {f: i for f, i in users.items() if not in_avx2_namespace(f)}
+    assert leaked == {}, "AVX outside fastln::avx2 (runs before dispatch): " + "; ".join(
+        f"{f}: {i}" for f, i in sorted(leaked.items())[:20]
+    )
+
