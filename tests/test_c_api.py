@@ -27,8 +27,12 @@ pytestmark = [
 ]
 
 
+def _exec(cmd, **kw):
+    return subprocess.run(cmd, check=False, capture_output=True, text=True, **kw)
+
+
 def _run(cmd, **kw):
-    r = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    r = _exec(cmd, **kw)
     assert r.returncode == 0, f"{cmd} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}"
     return r
 
@@ -72,7 +76,7 @@ def _example_inputs():
 
 
 def _parse(stdout):
-    rows = re.findall(r"^row (\d+) mean (\S+) rstd (\S+) y (.*)$", stdout, re.M)
+    rows = re.findall(r"^row (\d+) mean (\S+) rstd (\S+) y (.*)$", stdout, re.MULTILINE)
     mean = np.array([float(r[1]) for r in rows])
     rstd = np.array([float(r[2]) for r in rows])
     y = np.array([[float(v) for v in r[3].split()] for r in rows])
@@ -81,7 +85,7 @@ def _parse(stdout):
 
 def test_example_matches_numpy(example, isa):
     r = _run([example, isa], env={**os.environ, "FASTLN_ISA": ""})
-    assert re.search(rf"^isa {isa}$", r.stdout, re.M), r.stdout
+    assert re.search(rf"^isa {isa}$", r.stdout, re.MULTILINE), r.stdout
     y, mean, rstd = _parse(r.stdout)
     x, w, b = (a.astype(np.float64) for a in _example_inputs())
     m = x.mean(axis=1, keepdims=True)
@@ -106,7 +110,7 @@ def test_example_links_statically(lib, tmp_path):
 
 
 def test_example_unknown_isa_fails(example):
-    r = subprocess.run([example, "avx512"], capture_output=True, text=True)
+    r = _exec([example, "avx512"])
     assert r.returncode == 1
     assert "unknown ISA" in r.stderr
 
@@ -114,10 +118,10 @@ def test_example_unknown_isa_fails(example):
 def test_fastln_isa_env_from_c(example):
     """FASTLN_ISA naming an ISA this machine cannot run: every call fails, none runs elsewhere."""
     other = "neon" if os.uname().machine in ("x86_64", "AMD64") else "avx2"
-    r = subprocess.run([example], capture_output=True, text=True, env={**os.environ, "FASTLN_ISA": other})
+    r = _exec([example], env={**os.environ, "FASTLN_ISA": other})
     assert r.returncode == 1
     assert "cannot run the requested ISA" in r.stderr
-    r = subprocess.run([example], capture_output=True, text=True, env={**os.environ, "FASTLN_ISA": "scalar"})
+    r = _exec([example], env={**os.environ, "FASTLN_ISA": "scalar"})
     assert r.returncode == 0 and "isa scalar" in r.stdout
 
 
@@ -127,9 +131,9 @@ def test_error_codes_from_c(lib, tmp_path):
     _run([CC, "-std=c11", "-Wall", "-Wextra", "-pedantic", "-Werror",
           os.path.join(ROOT, "tests/native/c_api_errors.c"), f"-I{lib / 'include'}",
           f"-L{libdir}", "-lfastln", "-lm", f"-Wl,-rpath,{libdir}", "-o", str(out)])
-    r = subprocess.run([str(out)], capture_output=True, text=True)
+    r = _exec([str(out)])
     assert r.returncode == 0, r.stdout + r.stderr
-    assert re.search(r"^\d+ passed, 0 failed$", r.stdout, re.M), r.stdout
+    assert re.search(r"^\d+ passed, 0 failed$", r.stdout, re.MULTILINE), r.stdout
 
 
 def test_shared_library_exports_only_the_c_api(lib):

@@ -23,12 +23,13 @@ pytestmark = pytest.mark.skipif(
 def _run(args, tmp_path, **env):
     r = subprocess.run(
         ["bash", RUN_SH, *args],
+        check=False,
         capture_output=True,
         text=True,
         env={**os.environ, "FASTLN_NATIVE_BUILD_DIR": str(tmp_path), **env},
     )
     out = r.stdout + r.stderr
-    m = re.search(r"^(\d+) passed, (\d+) failed$", r.stdout, re.M)
+    m = re.search(r"^(\d+) passed, (\d+) failed$", r.stdout, re.MULTILINE)
     assert r.returncode == 0 and m, out
     assert int(m.group(1)) > 100 and m.group(2) == "0", out
     return r.stdout
@@ -37,10 +38,10 @@ def _run(args, tmp_path, **env):
 @pytest.mark.skipif(shutil.which(os.environ.get("CXX", "g++")) is None, reason="needs a C++ compiler")
 def test_native_kernels(tmp_path):
     out = _run([], tmp_path)
-    assert re.search(r"^scalar: ok$", out, re.M), out
+    assert re.search(r"^scalar: ok$", out, re.MULTILINE), out
     if os.uname().machine == "x86_64":
         # avx2 is compiled into every x86-64 build; it runs where the CPU has it.
-        assert re.search(r"^avx2: (ok|compiled, but this CPU cannot run it: skipped)$", out, re.M), out
+        assert re.search(r"^avx2: (ok|compiled, but this CPU cannot run it: skipped)$", out, re.MULTILINE), out
 
 
 @pytest.mark.slow
@@ -50,5 +51,5 @@ def test_native_kernels(tmp_path):
 )
 def test_native_kernels_aarch64_under_qemu(tmp_path):
     out = _run(["--aarch64"], tmp_path)
-    assert re.search(r"^fastln native tests: aarch64", out, re.M), out
-    assert re.search(r"^neon: ok$", out, re.M), out
+    assert re.search(r"^fastln native tests: aarch64", out, re.MULTILINE), out
+    assert re.search(r"^neon: ok$", out, re.MULTILINE), out

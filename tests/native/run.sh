@@ -48,7 +48,7 @@ fi
 BUILD="${FASTLN_NATIVE_BUILD_DIR:-$ROOT/build/native-$ARCH}"
 mkdir -p "$BUILD"
 
-CXXFLAGS=(-std=c++17 -O2 -ffp-contract=off -fvisibility=hidden -Wall -Wextra -Werror
+CXXFLAGS=(-std=c++17 -O3 -ffp-contract=off -fvisibility=hidden -Wall -Wextra -Werror
           -I"$ROOT/include" -I"$ROOT/src")
 OMP=()
 if [ "${FASTLN_OPENMP:-1}" != 0 ] &&
