@@ -154,3 +154,27 @@ def test_gil_released_and_thread_safe(rng):
         t.join()
     for r, e in zip(results, expected):
         np.testing.assert_array_equal(r, e)
+
+
+def test_forked_child_does_not_hang():
+    # libgomp hangs in a child forked after the parent ran a parallel region; fastln's child runs
+    # single-threaded instead (multiprocessing's fork start method depends on this).
+    if not hasattr(os, "fork"):
+        pytest.skip("no fork")
+    code = """
+    import os, numpy as np, fastln
+    fastln.set_num_threads(2)
+    x = np.random.default_rng(0).standard_normal((4096, 1024)).astype(np.float32)
+    y = fastln.layer_norm(x)
+    pid = os.fork()
+    if pid == 0:
+        ok = np.array_equal(fastln.layer_norm(x), y) and fastln.get_num_threads() == 1
+        os._exit(0 if ok else 3)
+    _, status = os.waitpid(pid, 0)
+    print(os.waitstatus_to_exitcode(status))
+    """
+    e = dict(os.environ, OMP_NUM_THREADS="2")
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                       text=True, env=e, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "0"
