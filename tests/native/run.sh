@@ -14,7 +14,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 TARGET=native
 case "${1:-}" in
   "") ;;
-  --aarch64) TARGET=aarch64 ;;
+  --aarch64) [ "$(uname -m)" = aarch64 ] || TARGET=aarch64 ;;  # on an aarch64 host: native
   *) echo "usage: $0 [--aarch64]" >&2; exit 2 ;;
 esac
 
