@@ -8,6 +8,12 @@
 #define FASTLN_SIMD_VEC_NEON_H_
 
 #include <arm_neon.h>
+#include <stdint.h>
+
+// The one-value float16/bfloat16 conversions for row tails, shared by every ISA.
+#if __has_include("simd/half.h")
+#include "simd/half.h"
+#endif
 
 namespace fastln {
 namespace FASTLN_NS {
@@ -29,6 +35,25 @@ struct Simd<float> {
   // a * b + c, fused (one rounding) like _mm256_fmadd_ps. Note vfmaq's argument order: c first.
   static inline V MulAdd(V a, V b, V c) { return vfmaq_f32(c, a, b); }
   static inline float ReduceSum(V a) { return vaddvq_f32(a); }
+  // Non-temporal store: ACLE has no intrinsic for STNP, and a plain store costs little here.
+  static inline void StoreStream(float *p, V v) { vst1q_f32(p, v); }
+  static inline void StreamFence() {}
+  // 16-bit storage <-> float lanes. float16: FCVTL/FCVTN, baseline in ARMv8-A, rounding to nearest
+  // even (the default FPCR) with subnormals kept. bfloat16 is the top half of a float: widened by a
+  // shift, narrowed with round-to-nearest-even and NaN kept quiet, as vec_avx2.h and half.h do, so
+  // no BF16 extension is needed.
+  static inline V LoadF16(const uint16_t *p) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
+  static inline void StoreF16(uint16_t *p, V v) { vst1_u16(p, vreinterpret_u16_f16(vcvt_f16_f32(v))); }
+  static inline V LoadBF16(const uint16_t *p) { return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16)); }
+  static inline void StoreBF16(uint16_t *p, V v) {
+    const uint32x4_t x = vreinterpretq_u32_f32(v);
+    const uint32x4_t top = vshrq_n_u32(x, 16);
+    const uint32x4_t bias = vaddq_u32(vandq_u32(top, vdupq_n_u32(1)), vdupq_n_u32(0x7fff));
+    const uint32x4_t rounded = vshrq_n_u32(vaddq_u32(x, bias), 16);
+    const uint32x4_t quiet = vorrq_u32(top, vdupq_n_u32(0x40));
+    const uint32x4_t is_num = vceqq_f32(v, v);  // all ones except in NaN lanes
+    vst1_u16(p, vmovn_u32(vbslq_u32(is_num, rounded, quiet)));
+  }
 };
 
 template <>
@@ -44,12 +69,11 @@ struct Simd<double> {
   static inline V Mul(V a, V b) { return vmulq_f64(a, b); }
   static inline V MulAdd(V a, V b, V c) { return vfmaq_f64(c, a, b); }
   static inline double ReduceSum(V a) { return vaddvq_f64(a); }
+  static inline void StoreStream(double *p, V v) { vst1q_f64(p, v); }
+  static inline void StreamFence() {}
+  // N floats from p, widened: lets float32 data accumulate in double at full vector width.
+  static inline V LoadFloat(const float *p) { return vcvt_f64_f32(vld1_f32(p)); }
 };
-
-// Half precision (float16 / bfloat16) loads and stores go here once the kernels take them: float16
-// through vcvt_f32_f16 / vcvt_f16_f32 (baseline on aarch64), bfloat16 by 16-bit shifts
-// (vshll_n_u16 to widen, round-to-nearest-even then vshrn_n_u32 to narrow), which need no BF16
-// extension.
 
 }  // namespace FASTLN_NS
 }  // namespace fastln
