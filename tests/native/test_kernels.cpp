@@ -317,9 +317,11 @@ void RunForwardCase(const Isa &isa, const char *kname, Op op, fastln::LayerNormR
     std::vector<P> xin = x, y(rows * ld, P(-3)), mean(rows, P(-5)), rstd(rows, P(-5));
     P *yp = inplace ? xin.data() : y.data();
     // RMSNorm ignores bias and mean: they are passed anyway, and mean must stay untouched.
-    const fastln::LayerNormArgs<P> a{xin.data(), ld, yp, ld, hw ? w.data() : nullptr,
-                                     hb ? b.data() : nullptr, stats ? mean.data() : nullptr,
-                                     stats ? rstd.data() : nullptr, n, eps};
+    fastln::LayerNormArgs<P> a{};  // fields by name: the struct may grow
+    a.x = xin.data(), a.ldx = ld, a.y = yp, a.ldy = ld;
+    a.weight = hw ? w.data() : nullptr, a.bias = hb ? b.data() : nullptr;
+    a.mean = stats ? mean.data() : nullptr, a.rstd = stats ? rstd.data() : nullptr;
+    a.cols = n, a.eps = eps;
     fn(a, 1, rows - 1);
     Worst wy, ws;
     bool nan_ok = true, guard_ok = true;
