@@ -141,8 +141,10 @@ def _backward(dy, x, mean, rstd, weight, axis, center: bool):
     r = _stat(rstd, "rstd", stat_shape, len(norm_shape), dt)
     w = param(weight, "weight", norm_shape, dt)
     dx = np.empty(x.shape, dtype=dt)
-    dw = np.empty(norm_shape, dtype=dt) if w is not None else None
-    db = np.empty(norm_shape, dtype=dt) if w is not None and center else None
+    dw = np.zeros(norm_shape, dtype=dt) if w is not None else None
+    db = np.zeros(norm_shape, dtype=dt) if w is not None and center else None
+    if rows == 0:
+        return dx, dw, db
     _core.norm_backward_2d(
         _rows_in(dy, rows, cols),
         _rows_in(x, rows, cols),
