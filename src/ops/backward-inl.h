@@ -22,9 +22,10 @@ inline typename Simd<double>::V LoadAsDouble<double>(const double *p) {
 
 // The dx sweep takes up to kGroup rows at once, so that dweight/dbias accumulate over them in
 // registers and their partial sums in memory are read and written once per group, not per row. A
-// group's dy and x stay under kGroupBytes, so the sweep finds them in cache after the sums' read.
+// group's dy and x stay under kGroupBytes (an L2's worth), so that the sweep finds them in cache
+// after the read for the row sums.
 constexpr int kGroup = 4;
-constexpr int64_t kGroupBytes = 128 * 1024;
+constexpr int64_t kGroupBytes = 1024 * 1024;
 
 template <class T, bool kCenter, bool kW, bool kGrad>
 void NormBackwardRowsT(const NormBackwardArgs<T> &a, int64_t r0, int64_t r1, double *dw,
@@ -32,7 +33,6 @@ void NormBackwardRowsT(const NormBackwardArgs<T> &a, int64_t r0, int64_t r1, dou
   using S = Simd<T>;
   using V = typename S::V;
   using D = Simd<double>;
-  using VD = typename D::V;
   constexpr int N = S::N;
   constexpr int ND = D::N;
   constexpr int kSub = N / ND;  // double vectors per T vector
@@ -55,9 +55,9 @@ void NormBackwardRowsT(const NormBackwardArgs<T> &a, int64_t r0, int64_t r1, dou
     const int64_t rows = Min(group, r1 - g0);
     const T *dyp[kGroup], *xp[kGroup];
     T *dxp[kGroup];
-    T mu[kGroup], k1[kGroup], k2[kGroup], k3[kGroup];  // the dx constants, also as vectors:
-    double mud[kGroup], rsd[kGroup];
-    V c1[kGroup], c2[kGroup], c3[kGroup], vmu[kGroup];
+    // Per row: mean, rstd and the dx constants k1..k3, as scalars for the tail and as vectors.
+    T mu[kGroup], rst[kGroup], k1[kGroup], k2[kGroup], k3[kGroup];
+    V vmu[kGroup], vrs[kGroup], c1[kGroup], c2[kGroup], c3[kGroup];
 
     for (int64_t q = 0; q < rows; ++q) {
       const int64_t r = g0 + q;
@@ -65,8 +65,8 @@ void NormBackwardRowsT(const NormBackwardArgs<T> &a, int64_t r0, int64_t r1, dou
       const T *x = xp[q] = a.x + r * a.ldx;
       dxp[q] = a.dx + r * a.lddx;
       const T m = mu[q] = kCenter ? a.mean[r] : T(0);
-      mud[q] = double(m);
-      const double rs = rsd[q] = double(a.rstd[r]);
+      rst[q] = a.rstd[r];
+      const double rs = double(rst[q]);
       const V vm = vmu[q] = S::Set(m);
       double sums[K];
       RowSums<T, K>(
@@ -92,41 +92,39 @@ void NormBackwardRowsT(const NormBackwardArgs<T> &a, int64_t r0, int64_t r1, dou
       k1[q] = T(rs);
       k2[q] = T(-(rs * rs * rs) * B / double(n));
       k3[q] = kCenter ? T(-rs * sums[0] / double(n)) : T(0);
+      vrs[q] = S::Set(rst[q]);
       c1[q] = S::Set(k1[q]);
       c2[q] = S::Set(k2[q]);
       c3[q] = S::Set(k3[q]);
     }
 
     for (int64_t j = 0; j < nvec; j += N) {
-      VD aw[kSub], ab[kSub];
-      for (int s = 0; s < kSub; ++s) aw[s] = ab[s] = D::Zero();
+      // dy * xhat and dy summed over the group's rows in T (at most kGroup terms), then added to
+      // the double partials once per group: the sums over many rows keep double precision, and
+      // the partials in memory are read and written once per group.
+      V aw = S::Zero(), ab = S::Zero();
       const V wv = kW ? S::Load(w + j) : S::Zero();
       for (int64_t q = 0; q < rows; ++q) {
         const V dyv = S::Load(dyp[q] + j);
-        const V xv = S::Load(xp[q] + j);
+        const V xc = kCenter ? S::Sub(S::Load(xp[q] + j), vmu[q]) : S::Load(xp[q] + j);
         if (kGrad) {
-          // In double, before dx is stored: dx may alias dy.
-          const VD vm = D::Set(mud[q]), vr = D::Set(rsd[q]);
-          for (int s = 0; s < kSub; ++s) {
-            const VD dyd = LoadAsDouble<T>(dyp[q] + j + s * ND);
-            VD xd = LoadAsDouble<T>(xp[q] + j + s * ND);
-            if (kCenter) xd = D::Sub(xd, vm);
-            aw[s] = D::MulAdd(dyd, D::Mul(xd, vr), aw[s]);
-            if (kCenter) ab[s] = D::Add(ab[s], dyd);
-          }
+          aw = S::MulAdd(dyv, S::Mul(xc, vrs[q]), aw);
+          if (kCenter) ab = S::Add(ab, dyv);
         }
         const V g = kW ? S::Mul(dyv, wv) : dyv;
-        const V xc = kCenter ? S::Sub(xv, vmu[q]) : xv;
         const V u = kCenter ? S::MulAdd(xc, c2[q], c3[q]) : S::Mul(xc, c2[q]);
         S::Store(dxp[q] + j, S::MulAdd(g, c1[q], u));
       }
       if (kGrad) {
+        T tw[N], tb[N];
+        S::Store(tw, aw);
+        S::Store(tb, ab);
         for (int s = 0; s < kSub; ++s) {
           double *pw = dw + j + s * ND;
-          D::Store(pw, D::Add(D::Load(pw), aw[s]));
+          D::Store(pw, D::Add(D::Load(pw), LoadAsDouble<T>(tw + s * ND)));
           if (kCenter) {
             double *pb = db + j + s * ND;
-            D::Store(pb, D::Add(D::Load(pb), ab[s]));
+            D::Store(pb, D::Add(D::Load(pb), LoadAsDouble<T>(tb + s * ND)));
           }
         }
       }
@@ -136,12 +134,12 @@ void NormBackwardRowsT(const NormBackwardArgs<T> &a, int64_t r0, int64_t r1, dou
       double sw = 0.0, sb = 0.0;
       for (int64_t q = 0; q < rows; ++q) {
         const T dyj = dyp[q][j], xj = xp[q][j];
+        const T xc = kCenter ? xj - mu[q] : xj;
         if (kGrad) {
-          sw += double(dyj) * ((double(xj) - mud[q]) * rsd[q]);
+          sw += double(dyj * (xc * rst[q]));
           if (kCenter) sb += double(dyj);
         }
         const T g = kW ? dyj * w[j] : dyj;
-        const T xc = kCenter ? xj - mu[q] : xj;
         dxp[q][j] = g * k1[q] + (xc * k2[q] + k3[q]);
       }
       if (kGrad) {
