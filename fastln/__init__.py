@@ -15,13 +15,12 @@ from __future__ import annotations
 import math
 import operator
 import os
-from typing import Optional, Sequence, Tuple, Union
+from typing import Optional, Sequence, Union
 
 import numpy as np
 
 from . import _core
 from ._args import (
-    SUPPORTED,
     as_float_array,
     check_eps,
     check_out,

@@ -118,12 +118,10 @@ def rms_norm(
     if rows > 0:
         x2 = _rows_in(x, rows, cols)
         y2 = _rows_out(x2, y, rows, cols)
-        tmp = y2 is None
-        if tmp:
-            y2 = np.empty((rows, cols), dtype=dt)
-        _core.rms_norm_2d(x2, y2, w, None if rstd is None else rstd.reshape(-1), e)
-        if tmp:
-            y[...] = y2.reshape(x.shape)
+        dst = y2 if y2 is not None else np.empty((rows, cols), dtype=dt)
+        _core.rms_norm_2d(x2, dst, w, None if rstd is None else rstd.reshape(-1), e)
+        if y2 is None:
+            y[...] = dst.reshape(x.shape)
     return (y, rstd) if return_stats else y
 
 
@@ -221,6 +219,14 @@ class _NormModule:
                 f"input of shape {x.shape} does not end in normalized_shape {self.normalized_shape}"
             )
         return -k
+
+    def _forward(self, x: np.ndarray, ax: int) -> tuple:
+        """(y, *statistics) of the functional op."""
+        raise NotImplementedError
+
+    def _backward(self, dy, x: np.ndarray, ax: int, *stats) -> tuple:
+        """(dx, dweight, dbias) of the functional op."""
+        raise NotImplementedError
 
     def forward(self, x: ArrayLike) -> np.ndarray:
         """y for x, keeping x and the statistics that backward needs (x by reference: do not

@@ -125,7 +125,7 @@ def test_matches_torch(isa, rng, dtype, n):
 
 def test_matches_onnx_rms_normalization(rng):
     ort = pytest.importorskip("onnxruntime")
-    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnx")
     from onnx import TensorProto, helper
 
     x = rng.standard_normal((3, 64)).astype(np.float32)
