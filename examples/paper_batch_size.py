@@ -236,11 +236,11 @@ def plot(results, epochs, path):
     styles = {128: "-", 4: "--", 1: ":"}
     fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=90)
     x = np.arange(1, epochs + 1)
-    for (norm, b), errs in results.items():
-        ax.plot(x, 100 * np.asarray(errs), styles[b], color=colors[norm], lw=1.6,
+    for (norm, b), errs in results.items():  # errs: (seeds, epochs)
+        ax.plot(x, 100 * errs.mean(axis=0), styles[b], color=colors[norm], lw=1.6,
                 label=f"{norm}, batch {b}")
     ax.set_xlabel("epoch")
-    ax.set_ylabel("test error (%)")
+    ax.set_ylabel(f"test error (%), mean of {len(errs)} seeds")
     ax.set_yscale("log")
     ax.set_title("digits, permutation-invariant MLP 64-128-128-10, Adam")
     ax.grid(True, which="both", alpha=0.3)
@@ -255,12 +255,13 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="a few epochs on part of the data")
     ap.add_argument("--epochs", type=int, default=None)
     ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seeds", type=int, default=None, help="runs per setting (default 3; 1 quick)")
     ap.add_argument("--out", default="paper_batch_size.png", help="the PNG to write ('' for none)")
     args = ap.parse_args(argv)
     epochs = args.epochs or (3 if args.quick else 40)
+    seeds = args.seeds or (1 if args.quick else 3)
 
-    worst = gradient_check(np.random.default_rng(args.seed))
+    worst = gradient_check(np.random.default_rng(0))
     print("gradient check (max relative error, backprop vs central differences, float64):")
     for norm, err in worst.items():
         print(f"  {norm:10s} {err:.1e}")
@@ -268,22 +269,31 @@ def main(argv=None):
         print("gradient check FAILED", file=sys.stderr)
         return 1
 
-    data = load(args.quick, args.seed)
-    print(f"digits: {len(data[0])} train, {len(data[2])} test; {epochs} epochs; fastln isa {fastln.get_isa()}")
+    data = load(args.quick, 0)
+    print(f"digits: {len(data[0])} train, {len(data[2])} test; {epochs} epochs; {seeds} seeds; "
+          f"fastln isa {fastln.get_isa()}")
     results = {}
     for norm, b in RUNS:
         t0 = time.perf_counter()
-        results[(norm, b)] = train(norm, b, data, epochs, args.lr, args.seed)
-        print(f"  {norm:10s} batch {b:3d}: final test error {100 * results[(norm, b)][-1]:5.1f}%"
+        errs = np.array([train(norm, b, data, epochs, args.lr, s) for s in range(seeds)])
+        results[(norm, b)] = errs
+        finals = " ".join(f"{100 * e:.1f}" for e in errs[:, -1])
+        print(f"  {norm:10s} batch {b:3d}: final test error (%) per seed: {finals}"
               f"  ({time.perf_counter() - t0:.1f} s)", flush=True)
 
     print("\n| normalization | batch 128 | batch 4 | batch 1 |")
     print("| --- | --- | --- | --- |")
     for norm in NORMS:
-        cells = [f"{100 * results[(norm, b)][-1]:.1f}%" if (norm, b) in results else "n/a"
-                 for b in (128, 4, 1)]
+        cells = []
+        for b in (128, 4, 1):
+            if (norm, b) not in results:
+                cells.append("n/a")
+                continue
+            final = 100 * results[(norm, b)][:, -1]
+            cells.append(f"{final.mean():.1f}%" + (f" ± {final.std():.1f}" if seeds > 1 else ""))
         print(f"| {norm} | " + " | ".join(cells) + " |")
-    print(f"\nfinal test error after {epochs} epochs (lower is better)")
+    spread = " (mean ± std over seeds)" if seeds > 1 else ""
+    print(f"\nfinal test error after {epochs} epochs{spread}; lower is better")
     if args.out:
         plot(results, epochs, args.out)
         print(f"wrote {args.out}")
