@@ -101,6 +101,13 @@ def test_squares_that_overflow_or_underflow(isa, rng, dtype, scales):
             np.testing.assert_allclose(y, expect, rtol=TOL[dtype] * 8, atol=TOL[dtype] * 8)
 
 
+def test_subnormal_float64_rows(isa, rng):
+    # 2^-e alone would overflow for these: the exact path scales in two steps.
+    xs = rng.standard_normal((2, 10)) * 1e-310
+    y = fastln.rms_norm(xs, eps=0.0)
+    np.testing.assert_allclose(y, ref.rms_norm(xs * 2.0**1000, eps=0.0), rtol=1e-14, atol=1e-14)
+
+
 def test_tiny_values_next_to_eps(isa):
     # mean(x^2) = 1e-40 is nothing next to eps = 1e-6: rstd = 1e3 exactly enough.
     x = np.full((1, 16), 1e-20, np.float32)

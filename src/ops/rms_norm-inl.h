@@ -89,27 +89,29 @@ inline double RmsExactRow(const T *x, T *y, int64_t n, const T *w, double eps) {
   }
   int e = 0;
   if (amax > 0) __builtin_frexp(amax, &e);
-  double s = __builtin_ldexp(1.0, -e);  // x * s has max |.| in [0.5, 1)
+  // x * s1 * s2 has max |.| in [0.5, 1). Two factors, because for subnormal doubles 2^-e alone
+  // overflows; both are powers of two, so the scaling is exact.
+  double s1 = __builtin_ldexp(1.0, -e / 2), s2 = __builtin_ldexp(1.0, -e - (-e / 2));
   double ss = 0.0;
   for (int64_t i = 0; i < n; ++i) {
-    const double v = double(x[i]) * s;
+    const double v = double(x[i]) * s1 * s2;
     ss += v * v;
   }
-  const double es = eps * s * s;  // eps in the scaled units
+  const double es = eps * s1 * s1 * s2 * s2;  // eps in the scaled units
   double f;
   if (IsFinite(es)) {
-    f = 1.0 / Sqrt(ss / double(n) + es);  // x * s * f == x * rstd
+    f = 1.0 / Sqrt(ss / double(n) + es);  // x * s1 * s2 * f == x * rstd
   } else {
     // The values are so small that eps * s^2 overflows: their mean square is nothing next to eps.
-    s = 1.0;
+    s1 = s2 = 1.0;
     f = 1.0 / Sqrt(eps);
   }
   for (int64_t i = 0; i < n; ++i) {
-    double u = double(x[i]) * s * f;
+    double u = double(x[i]) * s1 * s2 * f;
     if (w) u *= double(w[i]);
     y[i] = T(u);
   }
-  return s * f;
+  return s1 * s2 * f;
 }
 
 // y = x / sqrt(mean(x^2) + eps) * w: one read of the row for the sum of squares, one to scale it.
