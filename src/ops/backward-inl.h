@@ -5,7 +5,8 @@
 //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat))          (RMSNorm: without the mean(g) term)
 //      = g * rstd + (x - mean) * (-rstd^3 * B / n) - rstd * A / n,
 // where A = sum(g) and B = sum(g * (x - mean)). Per row that is one read for A and B and one that
-// writes dx, both while the row is in L1. dweight = sum over rows of dy * xhat, dbias = sum of dy.
+// writes dx, the second finding the row in cache. dweight = sum over rows of dy * xhat, dbias =
+// sum over rows of dy.
 
 FASTLN_OPS_BEGIN
 
@@ -36,6 +37,7 @@ void NormBackwardRowsT(const NormBackwardArgs<T> &a, int64_t r0, int64_t r1, dou
   constexpr int N = S::N;
   constexpr int ND = D::N;
   constexpr int kSub = N / ND;  // double vectors per T vector
+  static_assert(kSub * ND == N, "a T vector must split into whole double vectors");
   constexpr int K = kCenter ? 2 : 1;  // row sums: [A,] B
   const int64_t n = a.cols;
   const int64_t nvec = n - n % N;
