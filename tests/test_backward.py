@@ -167,6 +167,22 @@ def test_axes_strides_and_keepdim_stats(isa, rng):
     close(fastln.rms_norm_backward(dyv, xv, r)[0], ref.rms_norm_backward(dyv, xv, r)[0], 1e-12)
 
 
+def test_dx_may_overwrite_dy_or_x(isa, rng):
+    # The C API allows dx to be dy or x (same leading dimension); the kernels read each element
+    # before they write it.
+    from fastln import _core
+
+    x, w, _, dy = ln_case(rng, (9, 37), np.float32)
+    _, mean, rstd = fastln.layer_norm(x, w, return_stats=True)
+    expect = fastln.layer_norm_backward(dy, x, mean, rstd, w)
+    for target in ("dy", "x"):
+        a = {"dy": dy.copy(), "x": x.copy()}
+        dw, db = np.empty(37, np.float32), np.empty(37, np.float32)
+        _core.norm_backward_2d(a["dy"], a["x"], mean, rstd, w, a[target], dw, db)
+        for got, e in zip((a[target], dw, db), expect):
+            assert got.tobytes() == e.tobytes()
+
+
 def test_large_offset_float32(isa, rng):
     x, w, b, dy = ln_case(rng, (8, 300), np.float32, offset=1e4)
     _, mean, rstd = fastln.layer_norm(x, w, b, return_stats=True)
