@@ -33,6 +33,28 @@ int main(void) {
   expect(fastln_layer_norm_f32(x, y, NULL, NULL, NULL, NULL, 1, 8, -1e-5f), FASTLN_ERR_BAD_EPS, "eps < 0");
   expect(fastln_layer_norm_f32(x, y, NULL, NULL, NULL, NULL, 1, 8, NAN), FASTLN_ERR_BAD_EPS, "eps NaN");
   expect(fastln_layer_norm_f64(xd, yd, NULL, NULL, NULL, NULL, 1, 8, INFINITY), FASTLN_ERR_BAD_EPS, "eps inf");
+
+  /* RMSNorm and the backward passes: the same rules. */
+  float m[1] = {4.5f}, r[1] = {0.5f}, dx[8], dw[8], db[8];
+  expect(fastln_rms_norm_f32(x, y, NULL, NULL, 1, 8, 1e-5f), FASTLN_OK, "rms valid");
+  expect(fastln_rms_norm_f32(NULL, y, NULL, NULL, 1, 8, 1e-5f), FASTLN_ERR_NULL_POINTER, "rms NULL x");
+  expect(fastln_rms_norm_f64(xd, yd, NULL, NULL, 1, 0, 1e-5), FASTLN_ERR_BAD_SHAPE, "rms cols = 0");
+  expect(fastln_rms_norm_f32(x, y, NULL, NULL, 1, 8, NAN), FASTLN_ERR_BAD_EPS, "rms eps NaN");
+  expect(fastln_layer_norm_backward_f32(y, x, m, r, NULL, dx, dw, db, 1, 8), FASTLN_OK, "backward valid");
+  expect(fastln_layer_norm_backward_f32(NULL, x, m, r, NULL, dx, dw, db, 1, 8), FASTLN_ERR_NULL_POINTER,
+         "backward NULL dy");
+  expect(fastln_layer_norm_backward_f32(y, x, NULL, r, NULL, dx, dw, db, 1, 8), FASTLN_ERR_NULL_POINTER,
+         "backward NULL mean");
+  expect(fastln_layer_norm_backward_f32(y, x, m, NULL, NULL, dx, dw, db, 1, 8), FASTLN_ERR_NULL_POINTER,
+         "backward NULL rstd");
+  expect(fastln_layer_norm_backward_f32(y, x, m, r, NULL, dx, dw, db, 1, -8), FASTLN_ERR_BAD_SHAPE,
+         "backward cols < 0");
+  expect(fastln_rms_norm_backward_f32(y, x, r, NULL, dx, dw, 1, 8), FASTLN_OK, "rms backward valid");
+  expect(fastln_rms_norm_backward_f32(y, x, r, NULL, NULL, dw, 1, 8), FASTLN_ERR_NULL_POINTER,
+         "rms backward NULL dx");
+  expect(fastln_rms_norm_backward_f64(yd, xd, NULL, NULL, yd, NULL, 1, 8), FASTLN_ERR_NULL_POINTER,
+         "rms backward NULL rstd");
+
   expect(fastln_set_isa("bogus"), FASTLN_ERR_UNKNOWN_ISA, "set_isa(bogus)");
   expect(fastln_set_isa("scalar"), FASTLN_OK, "set_isa(scalar)");
   expect(strcmp(fastln_isa(), "scalar"), 0, "isa() is scalar");
