@@ -17,8 +17,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <iterator>
 #include <type_traits>
 #include <vector>
 
