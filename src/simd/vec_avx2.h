@@ -17,6 +17,9 @@ struct Simd<float> {
   static constexpr int N = 8;
   static inline V Load(const float *p) { return _mm256_loadu_ps(p); }
   static inline void Store(float *p, V v) { _mm256_storeu_ps(p, v); }
+  // Non-temporal store; p aligned to sizeof(V). StreamFence orders such stores before later ones.
+  static inline void StoreStream(float *p, V v) { _mm256_stream_ps(p, v); }
+  static inline void StreamFence() { _mm_sfence(); }
   static inline V Set(float a) { return _mm256_set1_ps(a); }
   static inline V Zero() { return _mm256_setzero_ps(); }
   static inline V Add(V a, V b) { return _mm256_add_ps(a, b); }
@@ -37,6 +40,8 @@ struct Simd<double> {
   static constexpr int N = 4;
   static inline V Load(const double *p) { return _mm256_loadu_pd(p); }
   static inline void Store(double *p, V v) { _mm256_storeu_pd(p, v); }
+  static inline void StoreStream(double *p, V v) { _mm256_stream_pd(p, v); }
+  static inline void StreamFence() { _mm_sfence(); }
   static inline V Set(double a) { return _mm256_set1_pd(a); }
   static inline V Zero() { return _mm256_setzero_pd(); }
   static inline V Add(V a, V b) { return _mm256_add_pd(a, b); }

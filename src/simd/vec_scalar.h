@@ -12,6 +12,9 @@ struct Simd {
   static constexpr int N = 1;
   static inline V Load(const T *p) { return *p; }
   static inline void Store(T *p, V v) { *p = v; }
+  // Non-temporal store where the ISA has one (p aligned to sizeof(V)); a plain store here.
+  static inline void StoreStream(T *p, V v) { *p = v; }
+  static inline void StreamFence() {}
   static inline V Set(T a) { return a; }
   static inline V Zero() { return T(0); }
   static inline V Add(V a, V b) { return a + b; }

@@ -1,0 +1,42 @@
+"""Outputs of 2 MiB and more, which the kernels write with non-temporal stores (whole cache lines,
+plain stores for the partial lines at each end of a row): same values as small calls, whatever the
+alignment of y, on every usable ISA."""
+
+import numpy as np
+import pytest
+
+import fastln
+from fastln import _reference as ref
+
+TOL = {np.float32: 2e-5, np.float64: 1e-12}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("cols", [256, 1024, 1031, 4097])
+@pytest.mark.parametrize("shift", [0, 1, 3, 8, 15])
+def test_streamed_rows_match_small_calls(isa, rng, dtype, cols, shift):
+    itemsize = np.dtype(dtype).itemsize
+    rows = (2 << 20) // (cols * itemsize) + 3
+    x = (0.5 + rng.standard_normal((rows, cols))).astype(dtype)
+    w = rng.standard_normal(cols).astype(dtype)
+    b = rng.standard_normal(cols).astype(dtype)
+    # y starts `shift` elements past a 64-byte boundary.
+    buf = np.empty(rows * cols + 64, dtype)
+    start = (-buf.ctypes.data % 64) // itemsize + shift
+    y = buf[start:start + rows * cols].reshape(rows, cols)
+    assert y.ctypes.data % 64 == shift * itemsize % 64
+    fastln.layer_norm(x, w, b, out=y)
+    for r in (0, 1, rows // 2, rows - 1):
+        # A one-row call writes less than 2 MiB: plain stores, and the same arithmetic.
+        np.testing.assert_array_equal(y[r], fastln.layer_norm(x[r:r + 1], w, b)[0])
+    np.testing.assert_allclose(y[::97], ref.layer_norm(x[::97], w, b), rtol=0, atol=TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_streamed_in_place(isa, rng, dtype):
+    x = (3.0 + 2.0 * rng.standard_normal((600, 1024))).astype(dtype)
+    x[7, 3] = np.nan
+    expected = fastln.layer_norm(x)
+    fastln.layer_norm(x, out=x)
+    np.testing.assert_array_equal(x, expected)
+    assert np.isnan(x[7]).all() and np.isfinite(np.delete(x, 7, axis=0)).all()
