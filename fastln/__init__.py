@@ -212,6 +212,7 @@ def layer_norm(
         None if mean is None else mean.reshape(-1),
         None if rstd is None else rstd.reshape(-1),
         e,
+        out is None or tmp,  # y2 was just allocated
     )
     if tmp:
         y[...] = y2.reshape(shape)

@@ -13,12 +13,13 @@ cdef extern from "fastln/fastln.h" nogil:
     int FASTLN_OK
     int FASTLN_ERR_UNKNOWN_ISA
     int FASTLN_ERR_UNSUPPORTED_ISA
-    int fastln_layer_norm_f32_ld(const float *x, int64_t ldx, float *y, int64_t ldy,
+    int FASTLN_Y_FRESH
+    int fastln_layer_norm_f32_ex(const float *x, int64_t ldx, float *y, int64_t ldy,
                                  const float *weight, const float *bias, float *mean, float *rstd,
-                                 int64_t rows, int64_t cols, double eps)
-    int fastln_layer_norm_f64_ld(const double *x, int64_t ldx, double *y, int64_t ldy,
+                                 int64_t rows, int64_t cols, double eps, int flags)
+    int fastln_layer_norm_f64_ex(const double *x, int64_t ldx, double *y, int64_t ldy,
                                  const double *weight, const double *bias, double *mean,
-                                 double *rstd, int64_t rows, int64_t cols, double eps)
+                                 double *rstd, int64_t rows, int64_t cols, double eps, int flags)
     const char *fastln_status_string(int status)
     const char *fastln_isa()
     const char *fastln_best_isa()
@@ -67,8 +68,12 @@ cdef inline void *_vec(object a, int typenum, int64_t n, bint writable) except? 
     return cnp.PyArray_DATA(arr)
 
 
-def layer_norm_2d(cnp.ndarray x, cnp.ndarray y, weight, bias, mean, rstd, double eps):
-    """y[i, :] = layer norm of x[i, :]. x and y: 2-D, same dtype, unit inner stride."""
+def layer_norm_2d(cnp.ndarray x, cnp.ndarray y, weight, bias, mean, rstd, double eps,
+                  bint y_fresh=False):
+    """y[i, :] = layer norm of x[i, :]. x and y: 2-D, same dtype, unit inner stride.
+
+    y_fresh: y was just allocated and never written (FASTLN_Y_FRESH).
+    """
     cdef int t = cnp.PyArray_TYPE(x)
     if cnp.PyArray_TYPE(y) != t or (t != cnp.NPY_FLOAT32 and t != cnp.NPY_FLOAT64):
         raise TypeError("internal: x and y must both be float32 or both float64")
@@ -87,15 +92,16 @@ def layer_norm_2d(cnp.ndarray x, cnp.ndarray y, weight, bias, mean, rstd, double
     cdef void *px = cnp.PyArray_DATA(x)
     cdef void *py = cnp.PyArray_DATA(y)
     cdef int status
+    cdef int flags = FASTLN_Y_FRESH if y_fresh else 0
     with nogil:
         if t == cnp.NPY_FLOAT32:
-            status = fastln_layer_norm_f32_ld(<const float *>px, ldx, <float *>py, ldy,
+            status = fastln_layer_norm_f32_ex(<const float *>px, ldx, <float *>py, ldy,
                                               <const float *>w, <const float *>b, <float *>m,
-                                              <float *>r, rows, cols, eps)
+                                              <float *>r, rows, cols, eps, flags)
         else:
-            status = fastln_layer_norm_f64_ld(<const double *>px, ldx, <double *>py, ldy,
+            status = fastln_layer_norm_f64_ex(<const double *>px, ldx, <double *>py, ldy,
                                               <const double *>w, <const double *>b, <double *>m,
-                                              <double *>r, rows, cols, eps)
+                                              <double *>r, rows, cols, eps, flags)
     _check(status)
 
 
@@ -163,17 +169,18 @@ def layer_norm_fast(x, weight, bias, eps, out, axis, return_stats):
     cdef void *w = NULL if weight is None else cnp.PyArray_DATA(<cnp.ndarray>weight)
     cdef void *b = NULL if bias is None else cnp.PyArray_DATA(<cnp.ndarray>bias)
     cdef int status
+    cdef int flags = FASTLN_Y_FRESH if out is None else 0
     if rows == 0:
         return ya
     with nogil:
         if t == cnp.NPY_FLOAT32:
-            status = fastln_layer_norm_f32_ld(<const float *>px, d, <float *>py, d,
+            status = fastln_layer_norm_f32_ex(<const float *>px, d, <float *>py, d,
                                               <const float *>w, <const float *>b, NULL, NULL,
-                                              rows, d, e)
+                                              rows, d, e, flags)
         else:
-            status = fastln_layer_norm_f64_ld(<const double *>px, d, <double *>py, d,
+            status = fastln_layer_norm_f64_ex(<const double *>px, d, <double *>py, d,
                                               <const double *>w, <const double *>b, NULL, NULL,
-                                              rows, d, e)
+                                              rows, d, e, flags)
     _check(status)
     return ya
 

@@ -1,6 +1,6 @@
-"""Outputs of 2 MiB and more, which the kernels write with non-temporal stores (whole cache lines,
-plain stores for the partial lines at each end of a row): same values as small calls, whatever the
-alignment of y, on every usable ISA."""
+"""Outputs of 2 MiB and more given as out=, which the kernels write with non-temporal stores (whole
+cache lines, plain stores for the partial lines at each end of a row): the same values as small
+calls and allocating calls, whatever the alignment of y, on every usable ISA."""
 
 import numpy as np
 import pytest
@@ -26,6 +26,8 @@ def test_streamed_rows_match_small_calls(isa, rng, dtype, cols, shift):
     y = buf[start:start + rows * cols].reshape(rows, cols)
     assert y.ctypes.data % 64 == shift * itemsize % 64
     fastln.layer_norm(x, w, b, out=y)
+    # Allocating: the output is fresh, so plain stores (FASTLN_Y_FRESH); the same values.
+    np.testing.assert_array_equal(fastln.layer_norm(x, w, b), y)
     for r in (0, 1, rows // 2, rows - 1):
         # A one-row call writes less than 2 MiB: plain stores, and the same arithmetic.
         np.testing.assert_array_equal(y[r], fastln.layer_norm(x[r:r + 1], w, b)[0])

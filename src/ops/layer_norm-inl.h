@@ -293,6 +293,9 @@ constexpr double kNear = 2.0;
 // A call whose output is at least this large writes it with non-temporal stores: it cannot stay in
 // the core's L2 anyway, and streaming skips reading each line of y before writing it (a third of
 // the memory traffic). Measured here, 2 MiB and up: 1.2-1.6x faster stores; 1 MiB: 1.5x slower.
+// Not when the caller says y is fresh (FASTLN_Y_FRESH, args.stream false): the kernel has just
+// zeroed those pages through the cache, and streaming over cached lines was 1.3x (huge pages) to
+// 3x (4 KiB pages) slower than plain stores there.
 constexpr int64_t kStreamBytes = int64_t(2) << 20;
 constexpr int64_t kStreamRowBytes = 1024;
 
@@ -364,7 +367,7 @@ void LayerNormRows(const LayerNormArgs<T> &a, int64_t r0, int64_t r1) {
   // row, which take plain stores, would be a large share of its lines.
   const int64_t row_bytes = a.cols * int64_t(sizeof(T));
   const bool big = (r1 - r0) * row_bytes >= kStreamBytes && row_bytes >= kStreamRowBytes;
-  if (big && reinterpret_cast<uintptr_t>(a.y) % sizeof(T) == 0) {
+  if (a.stream && big && reinterpret_cast<uintptr_t>(a.y) % sizeof(T) == 0) {
     return LayerNormRowsS<T, true>(a, r0, r1);
   }
   return LayerNormRowsS<T, false>(a, r0, r1);
