@@ -281,43 +281,49 @@ def machine() -> str:
 
 
 def plot(results: List[dict], path: str) -> None:
+    """GB/s against D, one panel per N, for the out= results (the allocating ones if none)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    groups = sorted({(r["dtype"], r["mode"], r["n"]) for r in results})
-    groups = [g for g in groups if len({r["d"] for r in results if (r["dtype"], r["mode"], r["n"]) == g}) > 1]
+    mode = "out" if any(r["mode"] == "out" for r in results) else "alloc"
+    results = [r for r in results if r["mode"] == mode]
+    groups = sorted({(r["dtype"], r["n"]) for r in results})
+    groups = [g for g in groups if len({r["d"] for r in results if (r["dtype"], r["n"]) == g}) > 1]
     if not groups:
         print(f"--plot: nothing to plot (no N with more than one D); {path} not written")
         return
     cols = min(3, len(groups))
     nrows = math.ceil(len(groups) / cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols, 3.2 * nrows), squeeze=False,
-                             sharey=True)
+    fig, axes = plt.subplots(nrows, cols, figsize=(3.6 * cols, 2.7 * nrows), squeeze=False)
     for ax, g in zip(axes.flat, groups):
-        rows = sorted((r for r in results if (r["dtype"], r["mode"], r["n"]) == g),
-                      key=lambda r: r["d"])
+        rows = sorted((r for r in results if (r["dtype"], r["n"]) == g), key=lambda r: r["d"])
         ds = [r["d"] for r in rows]
         for k in IMPLS:
             if k not in rows[0]["us"]:
                 continue
             gbs = [_bytes(r) / (r["us"][k] * 1e-6) / 1e9 for r in rows]
-            style = {"color": "k", "ls": "--", "lw": 1.5} if k == "floor" else {"marker": "o", "ms": 3}
+            style = {"color": "k", "ls": "--", "lw": 1.2} if k == "floor" else {"marker": "o", "ms": 3}
             ax.plot(ds, gbs, label=k, **style)
         ax.set_xscale("log", base=2)
-        ax.set_xticks(ds, [str(v) for v in ds], fontsize=7)
-        ax.set_title(f"{g[0]}, {g[1]}, N={g[2]}", fontsize=9)
-        ax.set_xlabel("D (row length)", fontsize=8)
+        ax.set_xticks(ds, [str(v) for v in ds], fontsize=6, rotation=45)
+        ax.minorticks_off()
+        ax.tick_params(axis="y", labelsize=6)
+        ax.set_title(f"{g[0]}, N = {g[1]}", fontsize=8)
         ax.grid(alpha=0.3)
+    for ax in axes[-1, :]:
+        ax.set_xlabel("D (row length)", fontsize=7)
     for ax in axes[:, 0]:
-        ax.set_ylabel("GB/s (bytes of x + y)", fontsize=8)
+        ax.set_ylabel("GB/s (x + y)", fontsize=7)
     for ax in list(axes.flat)[len(groups):]:
         ax.set_visible(False)
-    axes.flat[0].legend(fontsize=7)
-    fig.suptitle(f"layer norm throughput, {results[0]['threads']} thread(s): {machine()}", fontsize=9)
+    axes.flat[0].legend(fontsize=6)
+    how = "out= given" if mode == "out" else "allocating"
+    fig.suptitle(f"layer norm throughput, {how}, {results[0]['threads']} thread(s); "
+                 f"floor = np.multiply(x, c, out=y); {machine()}", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=80)
+    fig.savefig(path, dpi=70)
     print(f"wrote {path}")
 
 

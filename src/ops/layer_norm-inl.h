@@ -16,7 +16,7 @@ FASTLN_OPS_BEGIN
 // busy.
 //
 // `job` is another row's normalize pass, run block by block inside the same loop (job.Block(i)
-// after block i, job.Rest(i) for what is left). The statistics keep the FP pipes busy and the
+// after the block of values from i, job.Rest() for what is left). The statistics keep the FP pipes busy and the
 // normalize pass the load and store ports: interleaved, each hides much of the other's cost.
 // NoJob runs the statistics alone.
 constexpr int kAcc = 4;
@@ -26,7 +26,7 @@ constexpr int64_t kBlockOf = int64_t(kAcc) * Simd<T>::N;
 
 struct NoJob {
   void Block(int64_t) const {}
-  void Rest(int64_t) const {}
+  void Rest() const {}
 };
 
 template <class T, bool kShift, class Job>
@@ -102,7 +102,7 @@ inline Moments RowMoments(const T *x, int64_t n, T pivot, const Job &job) {
                     double(S::ReduceSum(qsum)) + cnt * double(S::ReduceSum(dd))};
   }
 
-  job.Rest(nblocks * kBlock);
+  job.Rest();
 
   // The tail (fewer than kBlock values) in scalar double.
   const int64_t tail = n - nblocks * kBlock;
@@ -211,7 +211,7 @@ struct Normalizer {
     done = i + kBlockOf<T>;
   }
   // Values [done, n).
-  void Rest(int64_t) const {
+  void Rest() const {
     int64_t i = done;
     if (kStream) {
       for (const int64_t lines = i + (n - i) / kLine * kLine; i < lines; i += N) One(i);
@@ -220,7 +220,7 @@ struct Normalizer {
   }
   void All() const {
     for (int64_t i = 0; i + head + kBlockOf<T> <= n; i += kBlockOf<T>) Block(i);
-    Rest(0);
+    Rest();
   }
 };
 
