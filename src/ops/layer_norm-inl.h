@@ -82,24 +82,30 @@ inline Moments RowMoments(const T *x, int64_t n, T pivot, const Job &job) {
 
   Moments total{0.0, 0.0, 0.0};
   if (nblocks > 0) {
-    // All kAcc * N lanes hold nblocks values each, so their merge is a two-pass mean and sum of
-    // squares over the lane means: M2 = sum(Q) + nblocks * sum((M - mean)^2). Three horizontal sums
+    // All kAcc * N lanes hold nblocks values each, so their merge is a mean and a sum of squares
+    // over the lane means: M2 = sum(Q) + nblocks * sum((M - mean)^2). Three horizontal sums
     // instead of a merge tree over the lanes, which would cost as much as a short row's Welford.
+    // The squares are taken about p, one of the lane means, rather than about mean, so that the
+    // three sums run side by side instead of one after the other (on short rows this chain of
+    // latencies is the cost of a row): sum((M - mean)^2) = sum((M - p)^2) - K (mean - p)^2, where
+    // the second term is at most the first (no cancellation worth a bit).
+    const V vp = S::Set(S::First(M[0]));
     V msum = M[0], qsum = Q[0];
-    for (int a = 1; a < kAcc; ++a) {
-      msum = S::Add(msum, M[a]);
-      qsum = S::Add(qsum, Q[a]);
-    }
-    const double mean = double(S::ReduceSum(msum)) / double(kBlock);
-    const V vm = S::Set(T(mean));
     V dd = S::Zero();
     for (int a = 0; a < kAcc; ++a) {
-      const V d = S::Sub(M[a], vm);
+      if (a > 0) {
+        msum = S::Add(msum, M[a]);
+        qsum = S::Add(qsum, Q[a]);
+      }
+      const V d = S::Sub(M[a], vp);
       dd = S::MulAdd(d, d, dd);
     }
+    const double mean = double(S::ReduceSum(msum)) * (1.0 / double(kBlock));
+    const double dp = mean - double(S::First(M[0]));
     const double cnt = double(nblocks);
     total = Moments{cnt * double(kBlock), mean,
-                    double(S::ReduceSum(qsum)) + cnt * double(S::ReduceSum(dd))};
+                    double(S::ReduceSum(qsum)) +
+                        cnt * (double(S::ReduceSum(dd)) - double(kBlock) * dp * dp)};
   }
 
   job.Rest();
@@ -314,20 +320,21 @@ template <class T, bool kW, bool kB, bool kStream>
 void LayerNormRowsT(const LayerNormArgs<T> &a, int64_t r0, int64_t r1) {
   const int64_t n = a.cols;
   const double eps = a.eps;
+  const double inv_n = 1.0 / double(n);  // a division per row sits on the row's latency chain
   if (r0 >= r1) return;
   Moments mo = RowMoments<T, false>(a.x + r0 * a.ldx, n, T(0), NoJob{});
   for (int64_t r = r0; r < r1; ++r) {
     const T *x = a.x + r * a.ldx;
     T *y = a.y + r * a.ldy;
     const T *next = r + 1 < r1 ? x + a.ldx : nullptr;
-    double var = mo.m2 / double(n);
+    double var = mo.m2 * inv_n;
     double mean = mo.mean;
     // Also true for NaN: such rows take the shifted pass and then the exact path.
     const bool near = mean * mean <= kNear * kNear * var;
     if (!near) {
       const T pivot = x[0];
       mo = RowMoments<T, true>(x, n, pivot, NoJob{});
-      var = mo.m2 / double(n);
+      var = mo.m2 * inv_n;
       mean = double(pivot) + mo.mean;
     }
     double rstd;

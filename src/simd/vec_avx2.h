@@ -26,6 +26,7 @@ struct Simd<float> {
   static inline V Sub(V a, V b) { return _mm256_sub_ps(a, b); }
   static inline V Mul(V a, V b) { return _mm256_mul_ps(a, b); }
   static inline V MulAdd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static inline float First(V a) { return _mm256_cvtss_f32(a); }  // lane 0
   static inline float ReduceSum(V a) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -48,6 +49,7 @@ struct Simd<double> {
   static inline V Sub(V a, V b) { return _mm256_sub_pd(a, b); }
   static inline V Mul(V a, V b) { return _mm256_mul_pd(a, b); }
   static inline V MulAdd(V a, V b, V c) { return _mm256_fmadd_pd(a, b, c); }
+  static inline double First(V a) { return _mm256_cvtsd_f64(a); }  // lane 0
   static inline double ReduceSum(V a) {
     __m128d s = _mm_add_pd(_mm256_castpd256_pd128(a), _mm256_extractf128_pd(a, 1));
     s = _mm_add_sd(s, _mm_unpackhi_pd(s, s));

@@ -23,6 +23,7 @@ struct Simd {
   // a * b + c. Written as two operations on purpose: the scalar path must not depend on whether the
   // compiler contracts it into an FMA, so that it behaves the same on every target.
   static inline V MulAdd(V a, V b, V c) { return a * b + c; }
+  static inline T First(V a) { return a; }  // lane 0
   static inline T ReduceSum(V a) { return a; }
 };
 
