@@ -315,47 +315,59 @@ inline Moments NormalizeAndNext(const T *next, int64_t n, const T *x, T *y, cons
   return Moments{0.0, 0.0, 0.0};
 }
 
-// Row r's normalize pass runs in the loop that computes row r + 1's statistics (see RowMoments).
+// Row r's normalize pass runs in the loop that computes the statistics of row r + kLag (see
+// RowMoments). Two rows ahead rather than one: on short rows a row's cost is the latency from its
+// last Welford step to the rstd its normalize pass needs, and that chain then has a whole row's
+// work to hide in (512x64 f32: 2.4 -> 2.2 ns per 8 floats; long rows unchanged within 2%).
+constexpr int kLag = 2;
+
 template <class T, bool kW, bool kB, bool kStream>
 void LayerNormRowsT(const LayerNormArgs<T> &a, int64_t r0, int64_t r1) {
   const int64_t n = a.cols;
   const double eps = a.eps;
   const double inv_n = 1.0 / double(n);  // a division per row sits on the row's latency chain
   if (r0 >= r1) return;
-  Moments mo = RowMoments<T, false>(a.x + r0 * a.ldx, n, T(0), NoJob{});
+  Moments ahead[kLag];  // statistics of rows r .. r + kLag - 1
+  for (int64_t k = 0; k < kLag && r0 + k < r1; ++k) {
+    ahead[k] = RowMoments<T, false>(a.x + (r0 + k) * a.ldx, n, T(0), NoJob{});
+  }
   for (int64_t r = r0; r < r1; ++r) {
     const T *x = a.x + r * a.ldx;
     T *y = a.y + r * a.ldy;
-    const T *next = r + 1 < r1 ? x + a.ldx : nullptr;
+    const T *next = r + kLag < r1 ? x + kLag * a.ldx : nullptr;
+    const Moments mo = ahead[0];
     double var = mo.m2 * inv_n;
     double mean = mo.mean;
     // Also true for NaN: such rows take the shifted pass and then the exact path.
     const bool near = mean * mean <= kNear * kNear * var;
     if (!near) {
       const T pivot = x[0];
-      mo = RowMoments<T, true>(x, n, pivot, NoJob{});
-      var = mo.m2 * inv_n;
-      mean = double(pivot) + mo.mean;
+      const Moments ms = RowMoments<T, true>(x, n, pivot, NoJob{});
+      var = ms.m2 * inv_n;
+      mean = double(pivot) + ms.mean;
     }
+    Moments mo2{0.0, 0.0, 0.0};  // row r + kLag
     double rstd;
     if (IsFinite(var) && IsFinite(mean) && var + eps >= TinyVar<T>()) {
       rstd = 1.0 / Sqrt(var + eps);
       const T rs = T(rstd);
       if (near) {
-        mo = NormalizeAndNext<T, kW, kB, kStream, false>(next, n, x, y, a.weight, a.bias, T(0),
-                                                T(-mean * rstd), rs);
+        mo2 = NormalizeAndNext<T, kW, kB, kStream, false>(next, n, x, y, a.weight, a.bias, T(0),
+                                                          T(-mean * rstd), rs);
       } else {
         const T hi = T(mean);
         const T lo = T(mean - double(hi));
-        mo = NormalizeAndNext<T, kW, kB, kStream, true>(next, n, x, y, a.weight, a.bias, hi,
-                                                        T(-lo * rs), rs);
+        mo2 = NormalizeAndNext<T, kW, kB, kStream, true>(next, n, x, y, a.weight, a.bias, hi,
+                                                         T(-lo * rs), rs);
       }
     } else {
       ExactRow<T>(x, y, n, a.weight, a.bias, eps, &mean, &rstd);
-      if (next) mo = RowMoments<T, false>(next, n, T(0), NoJob{});
+      if (next) mo2 = RowMoments<T, false>(next, n, T(0), NoJob{});
     }
     if (a.mean) a.mean[r] = T(mean);
     if (a.rstd) a.rstd[r] = T(rstd);
+    for (int k = 0; k + 1 < kLag; ++k) ahead[k] = ahead[k + 1];
+    ahead[kLag - 1] = mo2;
   }
   if (kStream) Simd<T>::StreamFence();  // order the streamed y before whatever reads it next
 }
