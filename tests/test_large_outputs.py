@@ -42,3 +42,28 @@ def test_streamed_in_place(isa, rng, dtype):
     fastln.layer_norm(x, out=x)
     np.testing.assert_array_equal(x, expected)
     assert np.isnan(x[7]).all() and np.isfinite(np.delete(x, 7, axis=0)).all()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 7])
+@pytest.mark.parametrize("cols", [64, 100, 768])
+def test_row_pipeline_mixed_rows(isa, rng, dtype, rows, cols):
+    # The kernels compute row r + 2's statistics while normalizing row r, and rows far from zero
+    # mean, constant rows and NaN rows each take another path: any mix gives what each row alone
+    # gives.
+    kinds = [(0.0, 1.0), (1e4, 1.0), (3.0, 0.0), (np.nan, 1.0), (-2.0, 3.0)]
+    x = np.empty((rows, cols), dtype)
+    for r in range(rows):
+        c, s = kinds[(r * 3 + cols) % len(kinds)]
+        x[r] = c + s * rng.standard_normal(cols)
+    w = rng.standard_normal(cols).astype(dtype)
+    y, mean, rstd = fastln.layer_norm(x, w, None, return_stats=True)
+    for r in range(rows):
+        yr, mr, sr = fastln.layer_norm(x[r:r + 1], w, None, return_stats=True)
+        np.testing.assert_array_equal(y[r], yr[0])
+        np.testing.assert_array_equal(mean[r], mr[0])
+        np.testing.assert_array_equal(rstd[r], sr[0])
+    ok = ~np.isnan(x).any(axis=1)
+    # |w| up to ~4 scales the error bar of an output of order 1.
+    np.testing.assert_allclose(y[ok], ref.layer_norm(x[ok], w), rtol=0, atol=TOL[dtype] * 10)
+    assert np.isnan(y[~ok]).all()
