@@ -158,28 +158,30 @@ def inputs(n: int, d: int, dtype, seed: int = 0):
 
 # ---- timing --------------------------------------------------------------------------------------
 
-def _calibrate(fn: Callable[[], object], target: float) -> int:
-    """Calls per round so that a round lasts about `target` seconds."""
+def _calibrate(fn: Callable[[], object], target: float, clock) -> Tuple[int, float]:
+    """(calls per round so that a round lasts about `target` seconds, seconds per call seen)."""
     fn()  # warm up: first-touch page faults, lazy initialization
     number = 1
     while True:
-        t0 = time.perf_counter()
+        t0 = clock()
         for _ in range(number):
             fn()
-        dt = time.perf_counter() - t0
+        dt = clock() - t0
         if dt >= target / 4 or number >= 1 << 20:
-            return max(1, int(number * target / max(dt, 1e-9)))
+            return max(1, int(number * target / max(dt, 1e-9))), dt / number
         number *= 4
 
 
 def time_interleaved(fns: Dict[str, Callable[[], object]], rounds: int,
                      round_time: float, clock=time.perf_counter) -> Dict[str, float]:
     """Best seconds per call of each fn; the fns take turns, one round each, `rounds` times."""
-    numbers = {k: _calibrate(f, round_time) for k, f in fns.items()}
-    best = {k: math.inf for k in fns}
-    # A fn whose single call outlasts several rounds (the float64 reference on big shapes) takes
-    # part in the first few rounds only: its noise is small next to its own time.
-    quota = {k: rounds if n > 1 else max(2, rounds // 3) for k, n in numbers.items()}
+    best, numbers = {}, {}
+    for k, f in fns.items():
+        numbers[k], best[k] = _calibrate(f, round_time, clock)
+    # A fn whose single call outlasts a round (big shapes; the float64 reference) takes part in as
+    # many rounds as fit in ten rounds' time: its noise is small next to its own time.
+    budget = 10 * round_time * rounds
+    quota = {k: min(rounds, max(1, int(budget / best[k]))) for k in fns}
     gc_was = gc.isenabled()
     gc.disable()
     try:
@@ -367,8 +369,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         shapes = grid(MAX_BYTES, max(dt.itemsize for dt in dtypes))
     else:
         shapes = grid(64 << 20, max(dt.itemsize for dt in dtypes))
-    rounds = a.rounds or (5 if a.quick else 9)
-    round_time = 0.004 if a.quick else 0.02
+    # Many short rounds rather than a few long ones: on a busy machine the best round is then more
+    # likely to fall in a quiet moment.
+    rounds = a.rounds or (12 if a.quick else 15)
+    round_time = 0.002 if a.quick else 0.01
 
     info = fastln.runtime_info()
     print(f"fastln {info['version']} isa={info['isa']} threads={a.threads}; {machine()}; "
