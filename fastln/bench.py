@@ -342,6 +342,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--rounds", type=int, default=None)
     p.add_argument("--json", metavar="FILE", help="write the results as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="plot GB/s against D (needs matplotlib)")
+    p.add_argument("--training", action="store_true",
+                   help="also the backward passes and rms_norm against torch (fastln._bench_training)")
     a = p.parse_args(argv)
     if a.threads < 1:
         p.error("--threads must be >= 1")
@@ -394,6 +396,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"wrote {a.json}")
     if a.plot:
         plot(results, a.plot)
+    if a.training:
+        from fastln import _bench_training as tb
+
+        print("\nTraining ops, float32, 1 thread (python -m fastln._bench_training):")
+        shapes_t = tb.QUICK_SHAPES if a.quick else tb.SHAPES
+        print(tb.markdown(tb.training_rows(shapes_t, 5 if a.quick else 15)))
     return 0
 
 
