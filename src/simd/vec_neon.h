@@ -35,6 +35,7 @@ struct Simd<float> {
   // a * b + c, fused (one rounding) like _mm256_fmadd_ps. Note vfmaq's argument order: c first.
   static inline V MulAdd(V a, V b, V c) { return vfmaq_f32(c, a, b); }
   static inline float ReduceSum(V a) { return vaddvq_f32(a); }
+  static inline float First(V a) { return vgetq_lane_f32(a, 0); }  // lane 0
   // Non-temporal store: ACLE has no intrinsic for STNP, and a plain store costs little here.
   static inline void StoreStream(float *p, V v) { vst1q_f32(p, v); }
   static inline void StreamFence() {}
@@ -69,6 +70,7 @@ struct Simd<double> {
   static inline V Mul(V a, V b) { return vmulq_f64(a, b); }
   static inline V MulAdd(V a, V b, V c) { return vfmaq_f64(c, a, b); }
   static inline double ReduceSum(V a) { return vaddvq_f64(a); }
+  static inline double First(V a) { return vgetq_lane_f64(a, 0); }  // lane 0
   static inline void StoreStream(double *p, V v) { vst1q_f64(p, v); }
   static inline void StreamFence() {}
   // N floats from p, widened: lets float32 data accumulate in double at full vector width.

@@ -303,7 +303,8 @@ void CompareRow(Op op, const RowSpec &sp, const typename St::Bits *yr, const std
 
 template <class P>
 void RunForwardCase(const Isa &isa, const char *kname, Op op, fastln::LayerNormRowsFn<P> fn,
-                    int64_t n, const std::vector<RowSpec> &specs, uint64_t seed, const char *label) {
+                    int64_t n, const std::vector<RowSpec> &specs, uint64_t seed, const char *label,
+                    bool stream = false) {
   Rng rng(seed);
   const int64_t rows = int64_t(specs.size()) + 2, ld = n + 3;
   std::vector<P> x(rows * ld, P(7));
@@ -319,7 +320,7 @@ void RunForwardCase(const Isa &isa, const char *kname, Op op, fastln::LayerNormR
     a.x = xin.data(), a.ldx = ld, a.y = yp, a.ldy = ld;
     a.weight = hw ? w.data() : nullptr, a.bias = hb ? b.data() : nullptr;
     a.mean = stats ? mean.data() : nullptr, a.rstd = stats ? rstd.data() : nullptr;
-    a.cols = n, a.eps = eps;
+    a.cols = n, a.eps = eps, a.stream = stream;
     fn(a, 1, rows - 1);
     Worst wy, ws;
     bool nan_ok = true, guard_ok = true;
@@ -353,6 +354,9 @@ void CheckForward(const Isa &isa, const char *kname, fastln::LayerNormRowsFn<P> 
     RunForwardCase<P>(isa, kname, op, fn, n, kHardRows, 7 + n, "hard rows");
   for (int64_t n : {int64_t(1), int64_t(17), int64_t(768), int64_t(4097)})
     RunForwardCase<P>(isa, kname, op, fn, n, ExtremeRows<P>(), 99 + n, "extreme magnitudes");
+  // Outputs of several MiB may take non-temporal stores, whole cache lines only: rows of an odd
+  // length at odd offsets start and end mid-line.
+  RunForwardCase<P>(isa, kname, op, fn, 100003, TailRows(1e3), 5, "streamed", true);
 }
 
 // The argument struct a kernel takes (its first parameter), so that checks of kernels from other
