@@ -19,7 +19,7 @@ from typing import Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _core
+from . import _add_norm, _core
 from ._args import (
     SUPPORTED,
     as_float_array,
@@ -129,6 +129,8 @@ def layer_norm(
     axis: int = -1,
     out: Optional[np.ndarray] = None,
     return_stats: bool = False,
+    residual: Optional[ArrayLike] = None,
+    residual_out: Optional[np.ndarray] = None,
 ):
     """Layer normalization (Ba, Kiros & Hinton, 2016) over the axes [axis, x.ndim).
 
@@ -138,16 +140,23 @@ def layer_norm(
 
     Parameters
     ----------
-    x : array_like of float32 or float64, ndim >= 1, any strides.
-    weight, bias : None, or arrays of shape x.shape[axis:] (cast to x's dtype).
+    x : array_like of float32, float64, float16 or bfloat16 (ml_dtypes), ndim >= 1, any strides.
+        float16 and bfloat16 are computed in float32 and rounded once to x's dtype.
+    weight, bias : None, or arrays of shape x.shape[axis:] (cast to x's dtype; to float32 for
+        float16 and bfloat16 x).
     eps : float >= 0, added to the variance.
     axis : first normalized axis (negative counts from the end).
     out : array of x's shape and dtype to write into; may be x itself (in place).
-    return_stats : also return mean and rstd = 1/sqrt(var + eps), of shape x.shape[:axis].
+    return_stats : also return mean and rstd = 1/sqrt(var + eps), of shape x.shape[:axis]
+        (float32 for float16 and bfloat16 x).
+    residual : array of x's shape and dtype. Then h = x + residual (rounded once to x's dtype,
+        exactly NumPy's x + residual) is normalized instead of x, and returned too: the residual
+        add of a transformer block, fused into the norm (x and residual are read once).
+    residual_out : array of x's shape and dtype to write h into; may be x or residual itself.
 
     Returns
     -------
-    y, or (y, mean, rstd) when return_stats is true.
+    y; (y, h) with residual; either followed by mean, rstd when return_stats is true.
 
     Examples
     --------
@@ -158,7 +167,14 @@ def layer_norm(
     >>> y, mean, rstd = fastln.layer_norm(x, return_stats=True)
     >>> float(mean[0])
     2.5
+    >>> y, h = fastln.layer_norm(x, residual=np.ones_like(x))
+    >>> h
+    array([[2., 3., 4., 5.]], dtype=float32)
     """
+    if residual is not None or residual_out is not None or _add_norm.is_16bit(x):
+        return _add_norm.layer_norm(
+            x, weight, bias, eps, axis, out, return_stats, residual, residual_out
+        )
     x = as_float_array(x, "x")
     ndim = x.ndim
     if ndim == 0:

@@ -16,6 +16,23 @@ def layer_norm_2d(
     rstd: Optional[np.ndarray],
     eps: float,
 ) -> None: ...
+
+NATIVE: int
+FLOAT16: int
+BFLOAT16: int
+
+def add_layer_norm_2d(
+    x: np.ndarray,
+    residual: Optional[np.ndarray],
+    h: Optional[np.ndarray],
+    y: np.ndarray,
+    weight: Optional[np.ndarray],
+    bias: Optional[np.ndarray],
+    mean: Optional[np.ndarray],
+    rstd: Optional[np.ndarray],
+    eps: float,
+    fmt: int,
+) -> None: ...
 def isa() -> str: ...
 def best_isa() -> str: ...
 def isa_supported(name: str) -> bool: ...

@@ -83,6 +83,7 @@ inline Moments Merge(const Moments &a, const Moments &b) {
   }
 
 #include "ops/layer_norm-inl.h"
+#include "ops/add_norm-inl.h"
 
 namespace fastln {
 namespace FASTLN_NS {
@@ -92,6 +93,10 @@ constexpr KernelTable kTable = {
     FASTLN_ISA_NAME,
     &LayerNormRows<float>,
     &LayerNormRows<double>,
+    &AddLayerNormRows<float>,
+    &AddLayerNormRows<double>,
+    &AddLayerNormRows16<Float16Format>,
+    &AddLayerNormRows16<BFloat16Format>,
 };
 
 }  // namespace FASTLN_NS

@@ -1,0 +1,155 @@
+// Fused residual add and 16-bit storage around the float row routines. Included by kernels-inl.h,
+// once per ISA, after the ops it wraps.
+//
+// Both work one row at a time, so that the row they hand to the float routine is still in L1:
+// - residual: h = x + res is written to the h row, then the routine normalizes the h row into y.
+//   x and res are read once from memory, h and y written once; the routine's own passes over h hit
+//   L1 (a 4096-float row is 16 KiB).
+// - 16-bit storage: the row is widened into a float scratch row (on the stack up to kStackCols,
+//   else one heap row per call), the float32 routine runs on it in place, and the result is
+//   rounded back into y. The float32 kernel is reused as it is, statistics and fallback paths
+//   included, instead of a second copy templated on the storage type.
+
+#include <stddef.h>
+
+#include "fastln/fastln.h"
+
+FASTLN_OPS_BEGIN
+
+// The 16-bit formats: how a vector of floats and a single float load from and store to their bits.
+struct Float16Format {
+  using S = Simd<float>;
+  static inline S::V Load(const uint16_t *p) { return S::LoadF16(p); }
+  static inline void Store(uint16_t *p, S::V v) { S::StoreF16(p, v); }
+  static inline float ToFloat(uint16_t h) { return HalfToFloat(h); }
+  static inline uint16_t FromFloat(float f) { return FloatToHalf(f); }
+};
+
+struct BFloat16Format {
+  using S = Simd<float>;
+  static inline S::V Load(const uint16_t *p) { return S::LoadBF16(p); }
+  static inline void Store(uint16_t *p, S::V v) { S::StoreBF16(p, v); }
+  static inline float ToFloat(uint16_t h) { return BFloat16ToFloat(h); }
+  static inline uint16_t FromFloat(float f) { return FloatToBFloat16(f); }
+};
+
+// h = x + r, elementwise; h may be x or r.
+template <class T>
+inline void AddRow(const T *x, const T *r, T *h, int64_t n) {
+  using S = Simd<T>;
+  constexpr int N = S::N;
+  int64_t i = 0;
+  for (; i + 2 * N <= n; i += 2 * N) {
+    const typename S::V a = S::Add(S::Load(x + i), S::Load(r + i));
+    const typename S::V b = S::Add(S::Load(x + i + N), S::Load(r + i + N));
+    S::Store(h + i, a);
+    S::Store(h + i + N, b);
+  }
+  for (; i + N <= n; i += N) S::Store(h + i, S::Add(S::Load(x + i), S::Load(r + i)));
+  for (; i < n; ++i) h[i] = x[i] + r[i];
+}
+
+// f = the values of the 16-bit row x.
+template <class F>
+inline void WidenRow(const uint16_t *x, float *f, int64_t n) {
+  constexpr int N = Simd<float>::N;
+  int64_t i = 0;
+  for (; i + N <= n; i += N) Simd<float>::Store(f + i, F::Load(x + i));
+  for (; i < n; ++i) f[i] = F::ToFloat(x[i]);
+}
+
+// h = x + r rounded once to the 16-bit format, and f = the values of h. The float sum of two
+// 16-bit values rounded to 16 bits equals their correctly rounded sum (float has more than twice
+// their precision plus two bits), so h is what NumPy's x + r gives. h may be x or r.
+template <class F>
+inline void AddWidenRow(const uint16_t *x, const uint16_t *r, uint16_t *h, float *f, int64_t n) {
+  using S = Simd<float>;
+  constexpr int N = S::N;
+  int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    F::Store(h + i, S::Add(F::Load(x + i), F::Load(r + i)));
+    S::Store(f + i, F::Load(h + i));
+  }
+  for (; i < n; ++i) {
+    h[i] = F::FromFloat(F::ToFloat(x[i]) + F::ToFloat(r[i]));
+    f[i] = F::ToFloat(h[i]);
+  }
+}
+
+// y = f rounded to the 16-bit format.
+template <class F>
+inline void NarrowRow(const float *f, uint16_t *y, int64_t n) {
+  constexpr int N = Simd<float>::N;
+  int64_t i = 0;
+  for (; i + N <= n; i += N) F::Store(y + i, Simd<float>::Load(f + i));
+  for (; i < n; ++i) y[i] = F::FromFloat(f[i]);
+}
+
+// Rows up to this long use a scratch row on the stack (32 KiB: L1-sized); longer ones one heap row.
+constexpr int64_t kStackCols = 8192;
+
+inline void SetStatus(int *status, int code) {
+  if (status) __atomic_store_n(status, code, __ATOMIC_RELAXED);
+}
+
+// Rows of T (float or double), optionally with a residual; norm(src, dst, r) normalizes one row.
+template <class T, class Norm>
+void AddNormRowsT(const AddNormArgs<T, T> &a, int64_t r0, int64_t r1, Norm norm) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const T *src = a.x + r * a.ldx;
+    if (a.res) {
+      T *h = a.h + r * a.ldh;
+      AddRow<T>(src, a.res + r * a.ldr, h, a.cols);
+      src = h;
+    }
+    norm(src, a.y + r * a.ldy, r);
+  }
+}
+
+// Rows stored in the 16-bit format F; norm runs the float routine on one row in place.
+template <class F, class Norm>
+void AddNormRows16(const AddNormArgs<uint16_t, float> &a, int64_t r0, int64_t r1, Norm norm) {
+  const int64_t n = a.cols;
+  float stack[kStackCols];
+  float *f = stack;
+  if (n > kStackCols) {
+    f = static_cast<float *>(__builtin_malloc(sizeof(float) * static_cast<size_t>(n)));
+    if (!f) return SetStatus(a.status, FASTLN_ERR_NO_MEMORY);
+  }
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint16_t *x = a.x + r * a.ldx;
+    if (a.res) {
+      AddWidenRow<F>(x, a.res + r * a.ldr, a.h + r * a.ldh, f, n);
+    } else {
+      WidenRow<F>(x, f, n);
+    }
+    norm(f, f, r);
+    NarrowRow<F>(f, a.y + r * a.ldy, n);
+  }
+  if (f != stack) __builtin_free(f);
+}
+
+// The layer norm of one row through the float routine of layer_norm-inl.h; src and dst may be
+// the same row.
+template <class T, class P>
+struct LayerNormOneRow {
+  const AddNormArgs<T, P> &a;
+  void operator()(const P *src, P *dst, int64_t r) const {
+    const LayerNormArgs<P> one{src, a.cols, dst, a.cols, a.weight, a.bias,
+                               a.mean ? a.mean + r : nullptr, a.rstd ? a.rstd + r : nullptr,
+                               a.cols, a.eps};
+    LayerNormRows<P>(one, 0, 1);
+  }
+};
+
+template <class T>
+void AddLayerNormRows(const AddNormArgs<T, T> &a, int64_t r0, int64_t r1) {
+  AddNormRowsT<T>(a, r0, r1, LayerNormOneRow<T, T>{a});
+}
+
+template <class F>
+void AddLayerNormRows16(const AddNormArgs<uint16_t, float> &a, int64_t r0, int64_t r1) {
+  AddNormRows16<F>(a, r0, r1, LayerNormOneRow<uint16_t, float>{a});
+}
+
+FASTLN_OPS_END
