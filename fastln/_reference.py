@@ -29,3 +29,11 @@ def layer_norm(x, weight=None, bias=None, eps=1e-5, *, axis=-1, return_stats=Fal
     if return_stats:
         return y, mean.reshape(x.shape[: axes[0]]), rstd.reshape(x.shape[: axes[0]])
     return y
+
+
+def add_layer_norm(x, residual, weight=None, bias=None, eps=1e-5, *, axis=-1, return_stats=False):
+    """layer_norm(x, ..., residual=residual): h = x + residual in x's dtype, then the float64 norm
+    of h. Returns (y, h), then mean and rstd when return_stats is true."""
+    h = np.asarray(x) + np.asarray(residual)
+    r = layer_norm(h, weight, bias, eps, axis=axis, return_stats=return_stats)
+    return (r[0], h, *r[1:]) if return_stats else (r, h)

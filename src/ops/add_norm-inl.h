@@ -12,6 +12,10 @@
 
 #include <stddef.h>
 
+#ifndef FASTLN_BLOCK_BYTES
+#define FASTLN_BLOCK_BYTES 32768
+#endif
+
 #include "fastln/fastln.h"
 
 FASTLN_OPS_BEGIN
@@ -85,71 +89,83 @@ inline void NarrowRow(const float *f, uint16_t *y, int64_t n) {
   for (; i < n; ++i) y[i] = F::FromFloat(f[i]);
 }
 
-// Rows up to this long use a scratch row on the stack (32 KiB: L1-sized); longer ones one heap row.
-constexpr int64_t kStackCols = 8192;
+// Rows go through in blocks of about this many bytes of float (or T) values, so that the block the
+// norm routine reads back is still in L1. The 16-bit path's scratch block lives on the stack; a
+// row longer than it gets a heap row of its own.
+constexpr int64_t kBlockBytes = FASTLN_BLOCK_BYTES;
+constexpr int64_t kScratch = kBlockBytes / int64_t(sizeof(float));
+
+inline int64_t RowsPerBlock(int64_t cols, int64_t elem_bytes) {
+  const int64_t k = kBlockBytes / (cols * elem_bytes);
+  return k > 0 ? k : 1;
+}
 
 inline void SetStatus(int *status, int code) {
   if (status) __atomic_store_n(status, code, __ATOMIC_RELAXED);
 }
 
-// Rows of T (float or double), optionally with a residual; norm(src, dst, r) normalizes one row.
+// Rows of T (float or double). norm(src, ld_src, dst, ld_dst, r, k) normalizes rows [r, r + k).
 template <class T, class Norm>
 void AddNormRowsT(const AddNormArgs<T, T> &a, int64_t r0, int64_t r1, Norm norm) {
-  for (int64_t r = r0; r < r1; ++r) {
-    const T *src = a.x + r * a.ldx;
-    if (a.res) {
-      T *h = a.h + r * a.ldh;
-      AddRow<T>(src, a.res + r * a.ldr, h, a.cols);
-      src = h;
+  if (!a.res) return norm(a.x + r0 * a.ldx, a.ldx, a.y + r0 * a.ldy, a.ldy, r0, r1 - r0);
+  const int64_t per = RowsPerBlock(a.cols, sizeof(T));
+  for (int64_t r = r0; r < r1; r += per) {
+    const int64_t k = Min(per, r1 - r);
+    for (int64_t i = r; i < r + k; ++i) {
+      AddRow<T>(a.x + i * a.ldx, a.res + i * a.ldr, a.h + i * a.ldh, a.cols);
     }
-    norm(src, a.y + r * a.ldy, r);
+    norm(a.h + r * a.ldh, a.ldh, a.y + r * a.ldy, a.ldy, r, k);
   }
 }
 
-// Rows stored in the 16-bit format F; norm runs the float routine on one row in place.
+// Rows stored in the 16-bit format F: widened into a float block, normalized there in place by
+// the float routine, rounded back into y.
 template <class F, class Norm>
 void AddNormRows16(const AddNormArgs<uint16_t, float> &a, int64_t r0, int64_t r1, Norm norm) {
   const int64_t n = a.cols;
-  float stack[kStackCols];
+  float stack[kScratch];
   float *f = stack;
-  if (n > kStackCols) {
+  if (n > kScratch) {
     f = static_cast<float *>(__builtin_malloc(sizeof(float) * static_cast<size_t>(n)));
     if (!f) return SetStatus(a.status, FASTLN_ERR_NO_MEMORY);
   }
-  for (int64_t r = r0; r < r1; ++r) {
-    const uint16_t *x = a.x + r * a.ldx;
-    if (a.res) {
-      AddWidenRow<F>(x, a.res + r * a.ldr, a.h + r * a.ldh, f, n);
-    } else {
-      WidenRow<F>(x, f, n);
+  const int64_t per = RowsPerBlock(n, sizeof(float));
+  for (int64_t r = r0; r < r1; r += per) {
+    const int64_t k = Min(per, r1 - r);
+    for (int64_t i = 0; i < k; ++i) {
+      const uint16_t *x = a.x + (r + i) * a.ldx;
+      if (a.res) {
+        AddWidenRow<F>(x, a.res + (r + i) * a.ldr, a.h + (r + i) * a.ldh, f + i * n, n);
+      } else {
+        WidenRow<F>(x, f + i * n, n);
+      }
     }
-    norm(f, f, r);
-    NarrowRow<F>(f, a.y + r * a.ldy, n);
+    norm(f, n, f, n, r, k);
+    for (int64_t i = 0; i < k; ++i) NarrowRow<F>(f + i * n, a.y + (r + i) * a.ldy, n);
   }
   if (f != stack) __builtin_free(f);
 }
 
-// The layer norm of one row through the float routine of layer_norm-inl.h; src and dst may be
-// the same row.
+// Layer norm of k rows through the float routine of layer_norm-inl.h; src and dst may be the same.
 template <class T, class P>
-struct LayerNormOneRow {
+struct LayerNormBlock {
   const AddNormArgs<T, P> &a;
-  void operator()(const P *src, P *dst, int64_t r) const {
-    const LayerNormArgs<P> one{src, a.cols, dst, a.cols, a.weight, a.bias,
-                               a.mean ? a.mean + r : nullptr, a.rstd ? a.rstd + r : nullptr,
-                               a.cols, a.eps};
-    LayerNormRows<P>(one, 0, 1);
+  void operator()(const P *src, int64_t lds, P *dst, int64_t ldd, int64_t r, int64_t k) const {
+    const LayerNormArgs<P> b{src, lds, dst, ldd, a.weight, a.bias,
+                             a.mean ? a.mean + r : nullptr, a.rstd ? a.rstd + r : nullptr,
+                             a.cols, a.eps};
+    LayerNormRows<P>(b, 0, k);
   }
 };
 
 template <class T>
 void AddLayerNormRows(const AddNormArgs<T, T> &a, int64_t r0, int64_t r1) {
-  AddNormRowsT<T>(a, r0, r1, LayerNormOneRow<T, T>{a});
+  AddNormRowsT<T>(a, r0, r1, LayerNormBlock<T, T>{a});
 }
 
 template <class F>
 void AddLayerNormRows16(const AddNormArgs<uint16_t, float> &a, int64_t r0, int64_t r1) {
-  AddNormRows16<F>(a, r0, r1, LayerNormOneRow<uint16_t, float>{a});
+  AddNormRows16<F>(a, r0, r1, LayerNormBlock<uint16_t, float>{a});
 }
 
 FASTLN_OPS_END
