@@ -49,7 +49,8 @@ int fastln_layer_norm_f64_ld(const double *x, int64_t ldx, double *y, int64_t ld
  * dtype, so it equals the unfused sum exactly) and y = layer norm of h, one row at a time: x and
  * residual are read once, h and y written once. h may equal x or residual (the same pointer and
  * leading dimension); y may equal x or residual, not h. With residual NULL, h is unused and
- * y = layer norm of x. mean and rstd are those of h. */
+ * y = layer norm of x. mean and rstd are those of h. Where both x and residual are NaN, which of
+ * the two NaNs h carries may differ between ISAs (IEEE 754 leaves it open). */
 int fastln_add_layer_norm_f32(const float *x, int64_t ldx, const float *residual, int64_t ldr,
                               float *h, int64_t ldh, float *y, int64_t ldy, const float *weight,
                               const float *bias, float *mean, float *rstd, int64_t rows,

@@ -1,9 +1,10 @@
 // 16-bit float storage, one value at a time: IEEE binary16 (float16) and bfloat16 <-> float32.
 //
 // Bit-exact software conversions, rounding to nearest even, as the hardware does (x86 F16C,
-// ARMv8 FCVT): overflow gives Inf, subnormals are kept, NaN stays NaN (made quiet, sign and top
-// payload bits kept). The scalar ISA uses them for every element, the vector ISAs for row tails,
-// so every ISA rounds each value identically.
+// ARMv8 FCVTL/FCVTN): overflow gives Inf, subnormals are kept, NaN stays NaN, made quiet with its
+// sign and top payload bits kept (widening quiets too, as the hardware does, so that a sum of two
+// NaNs picks the same one on every ISA). The scalar ISA uses them for every element, the vector
+// ISAs for row tails, so every ISA converts each value identically.
 //
 // Included by each vec_<isa>.h inside that ISA's namespace (see kernels-inl.h for why every
 // helper must be private to one ISA's object file).
@@ -31,7 +32,7 @@ inline float BitsFloat(uint32_t u) {
 inline float HalfToFloat(uint16_t h) {
   const uint32_t sign = uint32_t(h & 0x8000) << 16;
   const uint32_t e = (h >> 10) & 0x1f, m = h & 0x3ff;
-  if (e == 0x1f) return BitsFloat(sign | 0x7f800000 | (m << 13));  // Inf, NaN (payload kept)
+  if (e == 0x1f) return BitsFloat(sign | 0x7f800000 | (m ? 0x400000 | (m << 13) : 0));  // Inf, NaN
   if (e == 0) {
     // Zero or subnormal: m * 2^-24, exact in float.
     const float v = float(m) * 0x1p-24f;
