@@ -405,16 +405,15 @@ def run_bench(
         f"{n} sentences, {ntok / n:.1f} tokens each on average, batch {batch_size}; "
         f"fastln isa={fastln.get_isa()}, residual fused: {_HAS_RESIDUAL}"
     )
-    print(f"{'threads':>7}  {'engine':<32} {'sentences/s':>11}  {'norms':>6}")
+    print(f"{'threads':>7}  {'engine':<42} {'sentences/s':>11}  {'norms':>6}")
     for nt in threads:
         with _limit_threads(nt):
             if st is not None:
                 torch.set_num_threads(nt)
             best: dict[str, float] = {}
             share: dict[str, float] = {}
-            for _ in range(
-                rounds
-            ):  # interleaved round by round; each keeps its best round
+            # Interleaved round by round; each engine keeps its best round.
+            for _ in range(rounds):
                 for name, eng in engines.items():
                     eng.norm_seconds = 0.0
                     t0 = time.perf_counter()
@@ -427,16 +426,15 @@ def run_bench(
                     with torch.inference_mode():
                         st.encode(sentences, batch_size=batch_size)
                     best["st"] = min(best.get("st", np.inf), time.perf_counter() - t0)
+            fused = " (fused residual)" if _HAS_RESIDUAL else ""
             label = {
-                "fastln": "NumPy + fastln (fused residual)"
-                if _HAS_RESIDUAL
-                else "NumPy + fastln",
+                "fastln": "NumPy + fastln" + fused,
                 "numpy": "NumPy + NumPy LayerNorm",
                 "st": f"sentence-transformers, torch {torch.__version__}" if st else "",
             }
             for name, dt in best.items():
                 norms = f"{100 * share[name]:5.1f}%" if name in share else "     -"
-                print(f"{nt:>7}  {label[name]:<32} {n / dt:>11.1f}  {norms}")
+                print(f"{nt:>7}  {label[name]:<42} {n / dt:>11.1f}  {norms}")
         fastln.set_num_threads(0)
 
 
