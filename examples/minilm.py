@@ -372,10 +372,15 @@ def bench_sentences(n: int, seed: int = 0) -> list[str]:
 
 
 def _limit_threads(n: int):
-    """Limit BLAS (NumPy's and torch's), OpenMP and fastln to n threads; returns a context."""
+    """Limit the BLAS and OpenMP pools (NumPy's, torch's) to n threads; returns a context.
+
+    fastln itself stays on one thread. The norms are a few percent of the time, and a second
+    OpenMP team next to OpenBLAS's spinning threads made them 6x slower on a 2-core machine
+    (measured: 13 norms per batch, 70 ms single-threaded against 400 ms with 2 threads each).
+    """
     from threadpoolctl import threadpool_limits
 
-    fastln.set_num_threads(n)
+    fastln.set_num_threads(1)
     return threadpool_limits(limits=n)
 
 
@@ -405,6 +410,7 @@ def run_bench(
         f"{n} sentences, {ntok / n:.1f} tokens each on average, batch {batch_size}; "
         f"fastln isa={fastln.get_isa()}, residual fused: {_HAS_RESIDUAL}"
     )
+    print("threads: BLAS and torch threads; fastln runs on one")
     print(f"{'threads':>7}  {'engine':<42} {'sentences/s':>11}  {'norms':>6}")
     for nt in threads:
         with _limit_threads(nt):
