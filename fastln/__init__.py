@@ -182,8 +182,8 @@ def layer_norm(
     array([[2., 3., 4., 5.]], dtype=float32)
     """
     if residual is not None or residual_out is not None or _add_norm.is_16bit(x):
-        return _add_norm.layer_norm(
-            x, weight, bias, eps, axis, out, return_stats, residual, residual_out
+        return _add_norm.norm(
+            False, x, weight, bias, eps, axis, out, return_stats, residual, residual_out
         )
     x = as_float_array(x, "x")
     ndim = x.ndim
@@ -263,7 +263,7 @@ class LayerNorm(_NormModule):
         super().__init__(normalized_shape, eps, elementwise_affine, bias, dtype)
 
     def __call__(self, x: ArrayLike, *, out: Optional[np.ndarray] = None) -> np.ndarray:
-        x = as_float_array(x, "x")
+        x = _add_norm.as_input(x, "x")
         return layer_norm(x, self.weight, self.bias, self.eps, axis=self._axis(x), out=out)
 
     def _forward(self, x, ax):

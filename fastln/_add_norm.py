@@ -8,12 +8,10 @@ name, so ml_dtypes is never imported here.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from . import _core
-from ._args import F32, F64, check_eps, check_out, normalize_axis, param, rows_view
+from ._args import F32, F64, check_eps, check_out, param, rows_view, split_axis
 
 F16 = np.dtype(np.float16)
 
@@ -76,19 +74,13 @@ def _output_rows(a, rows: int, cols: int, inputs) -> np.ndarray | None:
     return v
 
 
-def layer_norm(x, weight, bias, eps, axis, out, return_stats, residual, residual_out):
-    """fastln.layer_norm with residual= or a 16-bit x: see its docstring."""
+def norm(rms, x, weight, bias, eps, axis, out, return_stats, residual, residual_out):
+    """fastln.layer_norm (rms False) or fastln.rms_norm (rms True, bias None) with residual= or a
+    16-bit x: see their docstrings. The statistics are (mean, rstd), or (rstd,) for RMS norm."""
     x = as_input(x, "x")
     fmt = storage_format(x.dtype)
-    if x.ndim == 0:
-        raise ValueError("x must have at least one dimension")
-    ax = normalize_axis(axis, x.ndim)
+    ax, rows, cols, norm_shape = split_axis(x, axis)
     shape = x.shape
-    norm_shape = shape[ax:]
-    cols = math.prod(norm_shape)
-    rows = math.prod(shape[:ax])
-    if cols == 0:
-        raise ValueError(f"cannot normalize over a zero-size shape {norm_shape}")
     e = check_eps(eps)
     pdt = x.dtype if fmt == _core.NATIVE else F32  # parameters and statistics
     w = _param(weight, "weight", norm_shape, pdt)
@@ -119,44 +111,54 @@ def layer_norm(x, weight, bias, eps, axis, out, return_stats, residual, residual
     if residual is not None:
         h = residual_out if residual_out is not None else np.empty(shape, dtype=x.dtype)
     mean = rstd = None
+    stats: tuple = ()
     if return_stats:
-        mean = np.empty(shape[:ax], dtype=pdt)
         rstd = np.empty(shape[:ax], dtype=pdt)
+        if not rms:
+            mean = np.empty(shape[:ax], dtype=pdt)
+        stats = (rstd,) if rms else (mean, rstd)
+    result = (y,) if h is None else (y, h)
+    result += stats
 
-    def result():
-        r = (y,) if h is None else (y, h)
-        if return_stats:
-            r += (mean, rstd)
-        return r[0] if len(r) == 1 else r
+    if rows > 0:
+        x2 = _input_rows(x, rows, cols)
+        r2 = None if residual is None else _input_rows(residual, rows, cols)
+        y2 = _output_rows(y, rows, cols, (x2, r2))
+        y_tmp = y2 is None
+        if y_tmp:
+            y2 = np.empty((rows, cols), dtype=x.dtype)
+        h2 = None
+        h_tmp = False
+        if h is not None:
+            h2 = _output_rows(h, rows, cols, (x2, r2, y2))
+            h_tmp = h2 is None
+            if h_tmp:
+                h2 = np.empty((rows, cols), dtype=x.dtype)
+        _core.add_norm_2d(
+            x2, r2, h2, y2, w, b,
+            None if mean is None else mean.reshape(-1),
+            None if rstd is None else rstd.reshape(-1),
+            e, fmt, rms,
+        )  # fmt: skip
+        if y_tmp:
+            y[...] = y2.reshape(shape)
+        if h is not None and h_tmp:
+            h[...] = h2.reshape(shape)
+    return result[0] if len(result) == 1 else result
 
-    if rows == 0:
-        return result()
 
-    def input_rows(a):
-        v = rows_view(a, rows, cols)
-        return np.ascontiguousarray(a).reshape(rows, cols) if v is None else v
+def _input_rows(a: np.ndarray, rows: int, cols: int) -> np.ndarray:
+    v = rows_view(a, rows, cols)
+    return np.ascontiguousarray(a).reshape(rows, cols) if v is None else v
 
-    x2 = input_rows(x)
-    r2 = None if residual is None else input_rows(residual)
-    y2 = _output_rows(y, rows, cols, (x2, r2))
-    y_tmp = y2 is None
-    if y_tmp:
-        y2 = np.empty((rows, cols), dtype=x.dtype)
-    h2 = None
-    h_tmp = False
-    if h is not None:
-        h2 = _output_rows(h, rows, cols, (x2, r2, y2))
-        h_tmp = h2 is None
-        if h_tmp:
-            h2 = np.empty((rows, cols), dtype=x.dtype)
-    _core.add_layer_norm_2d(
-        x2, r2, h2, y2, w, b,
-        None if mean is None else mean.reshape(-1),
-        None if rstd is None else rstd.reshape(-1),
-        e, fmt,
-    )  # fmt: skip
-    if y_tmp:
-        y[...] = y2.reshape(shape)
-    if h_tmp:
-        h[...] = h2.reshape(shape)
-    return result()
+
+def backward(backward_fn, dy, x, mean, rstd, weight, axis, center: bool):
+    """The backward passes for 16-bit dy and x: run in float32 on widened copies, dx rounded back
+    to x's dtype, dweight and dbias float32. (Not a kernel path yet: the widening costs a pass.)"""
+    dy, x = as_input(dy, "dy"), as_input(x, "x")
+    if dy.dtype != x.dtype:
+        raise TypeError(f"dy has dtype {dy.dtype} but x has dtype {x.dtype}")
+    if isinstance(weight, np.ndarray) and weight.dtype.itemsize == 2:
+        weight = weight.astype(F32)
+    dx, dw, db = backward_fn(dy.astype(F32), x.astype(F32), mean, rstd, weight, axis, center)
+    return dx.astype(x.dtype), dw, db

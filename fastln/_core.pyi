@@ -38,7 +38,7 @@ NATIVE: int
 FLOAT16: int
 BFLOAT16: int
 
-def add_layer_norm_2d(
+def add_norm_2d(
     x: np.ndarray,
     residual: Optional[np.ndarray],
     h: Optional[np.ndarray],
@@ -49,6 +49,7 @@ def add_layer_norm_2d(
     rstd: Optional[np.ndarray],
     eps: float,
     fmt: int,
+    rms: bool,
 ) -> None: ...
 def isa() -> str: ...
 def best_isa() -> str: ...

@@ -61,6 +61,21 @@ cdef extern from "fastln/fastln.h" nogil:
                                    int64_t ldy, const float *weight, const float *bias,
                                    float *mean, float *rstd, int64_t rows, int64_t cols,
                                    double eps)
+    int fastln_add_rms_norm_f32(const float *x, int64_t ldx, const float *residual, int64_t ldr,
+                                float *h, int64_t ldh, float *y, int64_t ldy, const float *weight,
+                                float *rstd, int64_t rows, int64_t cols, double eps)
+    int fastln_add_rms_norm_f64(const double *x, int64_t ldx, const double *residual,
+                                int64_t ldr, double *h, int64_t ldh, double *y, int64_t ldy,
+                                const double *weight, double *rstd, int64_t rows, int64_t cols,
+                                double eps)
+    int fastln_add_rms_norm_f16(const uint16_t *x, int64_t ldx, const uint16_t *residual,
+                                int64_t ldr, uint16_t *h, int64_t ldh, uint16_t *y, int64_t ldy,
+                                const float *weight, float *rstd, int64_t rows, int64_t cols,
+                                double eps)
+    int fastln_add_rms_norm_bf16(const uint16_t *x, int64_t ldx, const uint16_t *residual,
+                                 int64_t ldr, uint16_t *h, int64_t ldh, uint16_t *y, int64_t ldy,
+                                 const float *weight, float *rstd, int64_t rows, int64_t cols,
+                                 double eps)
     const char *fastln_status_string(int status)
     const char *fastln_isa()
     const char *fastln_best_isa()
@@ -230,7 +245,7 @@ def norm_backward_2d(cnp.ndarray dy, cnp.ndarray x, mean, rstd, weight, cnp.ndar
     _check(status)
 
 
-# Storage formats of add_layer_norm_2d: the dtype's own for float32/float64; 16-bit bits otherwise.
+# Storage formats of add_norm_2d: the dtype's own for float32/float64; 16-bit bits otherwise.
 cdef enum:
     _NATIVE = 0
     _FLOAT16 = 1
@@ -241,14 +256,17 @@ FLOAT16 = _FLOAT16
 BFLOAT16 = _BFLOAT16
 
 
-def add_layer_norm_2d(cnp.ndarray x, residual, h, cnp.ndarray y, weight, bias, mean, rstd,
-                      double eps, int fmt):
-    """y[i, :] = layer norm of h[i, :] = x[i, :] + residual[i, :] (residual None: of x[i, :]).
+def add_norm_2d(cnp.ndarray x, residual, h, cnp.ndarray y, weight, bias, mean, rstd,
+                double eps, int fmt, bint rms):
+    """y[i, :] = layer norm (rms: RMS norm) of h[i, :] = x[i, :] + residual[i, :] (residual None:
+    of x[i, :]).
 
     x, residual, h, y: 2-D, one dtype, unit inner stride; h may be x or residual. fmt NATIVE:
     float32 or float64, with parameters and statistics of that dtype; FLOAT16 or BFLOAT16: 2-byte
-    elements, float32 parameters and statistics.
+    elements, float32 parameters and statistics. RMS norm takes no bias and no mean.
     """
+    if rms and (bias is not None or mean is not None):
+        raise ValueError("internal: RMS norm has no bias and no mean")
     cdef int t = cnp.PyArray_TYPE(x)
     cdef int p
     if fmt == _NATIVE:
@@ -281,7 +299,24 @@ def add_layer_norm_2d(cnp.ndarray x, residual, h, cnp.ndarray y, weight, bias, m
     cdef void *py = cnp.PyArray_DATA(y)
     cdef int status
     with nogil:
-        if fmt == _FLOAT16:
+        if rms:
+            if fmt == _FLOAT16:
+                status = fastln_add_rms_norm_f16(
+                    <const uint16_t *>px, ldx, <const uint16_t *>pr, ldr, <uint16_t *>ph, ldh,
+                    <uint16_t *>py, ldy, <const float *>w, <float *>r, rows, cols, eps)
+            elif fmt == _BFLOAT16:
+                status = fastln_add_rms_norm_bf16(
+                    <const uint16_t *>px, ldx, <const uint16_t *>pr, ldr, <uint16_t *>ph, ldh,
+                    <uint16_t *>py, ldy, <const float *>w, <float *>r, rows, cols, eps)
+            elif t == cnp.NPY_FLOAT32:
+                status = fastln_add_rms_norm_f32(
+                    <const float *>px, ldx, <const float *>pr, ldr, <float *>ph, ldh,
+                    <float *>py, ldy, <const float *>w, <float *>r, rows, cols, eps)
+            else:
+                status = fastln_add_rms_norm_f64(
+                    <const double *>px, ldx, <const double *>pr, ldr, <double *>ph, ldh,
+                    <double *>py, ldy, <const double *>w, <double *>r, rows, cols, eps)
+        elif fmt == _FLOAT16:
             status = fastln_add_layer_norm_f16(
                 <const uint16_t *>px, ldx, <const uint16_t *>pr, ldr, <uint16_t *>ph, ldh,
                 <uint16_t *>py, ldy, <const float *>w, <const float *>b, <float *>m, <float *>r,

@@ -373,6 +373,40 @@ int fastln_add_layer_norm_bf16(const uint16_t *x, int64_t ldx, const uint16_t *r
                                   rows, &KernelTable::add_layer_norm_bf16);
 }
 
+int fastln_add_rms_norm_f32(const float *x, int64_t ldx, const float *residual, int64_t ldr,
+                            float *h, int64_t ldh, float *y, int64_t ldy, const float *weight,
+                            float *rstd, int64_t rows, int64_t cols, double eps) {
+  return AddNorm<float, float>({x, ldx, residual, ldr, h, ldh, y, ldy, weight, nullptr, nullptr,
+                                rstd, cols, eps, nullptr},
+                               rows, &KernelTable::add_rms_norm_f32);
+}
+
+int fastln_add_rms_norm_f64(const double *x, int64_t ldx, const double *residual, int64_t ldr,
+                            double *h, int64_t ldh, double *y, int64_t ldy, const double *weight,
+                            double *rstd, int64_t rows, int64_t cols, double eps) {
+  return AddNorm<double, double>({x, ldx, residual, ldr, h, ldh, y, ldy, weight, nullptr,
+                                  nullptr, rstd, cols, eps, nullptr},
+                                 rows, &KernelTable::add_rms_norm_f64);
+}
+
+int fastln_add_rms_norm_f16(const uint16_t *x, int64_t ldx, const uint16_t *residual, int64_t ldr,
+                            uint16_t *h, int64_t ldh, uint16_t *y, int64_t ldy,
+                            const float *weight, float *rstd, int64_t rows, int64_t cols,
+                            double eps) {
+  return AddNorm<uint16_t, float>({x, ldx, residual, ldr, h, ldh, y, ldy, weight, nullptr,
+                                   nullptr, rstd, cols, eps, nullptr},
+                                  rows, &KernelTable::add_rms_norm_f16);
+}
+
+int fastln_add_rms_norm_bf16(const uint16_t *x, int64_t ldx, const uint16_t *residual,
+                             int64_t ldr, uint16_t *h, int64_t ldh, uint16_t *y, int64_t ldy,
+                             const float *weight, float *rstd, int64_t rows, int64_t cols,
+                             double eps) {
+  return AddNorm<uint16_t, float>({x, ldx, residual, ldr, h, ldh, y, ldy, weight, nullptr,
+                                   nullptr, rstd, cols, eps, nullptr},
+                                  rows, &KernelTable::add_rms_norm_bf16);
+}
+
 const char *fastln_status_string(int status) {
   switch (status) {
     case FASTLN_OK: return "success";

@@ -80,6 +80,11 @@ struct KernelTable {
   AddNormRowsFn<double, double> add_layer_norm_f64;
   AddNormRowsFn<uint16_t, float> add_layer_norm_f16;
   AddNormRowsFn<uint16_t, float> add_layer_norm_bf16;
+  // RMSNorm with a residual and/or 16-bit storage: bias and mean are null.
+  AddNormRowsFn<float, float> add_rms_norm_f32;
+  AddNormRowsFn<double, double> add_rms_norm_f64;
+  AddNormRowsFn<uint16_t, float> add_rms_norm_f16;
+  AddNormRowsFn<uint16_t, float> add_rms_norm_bf16;
 };
 
 // Defined in kernels_<isa>.cpp. Each returns null when that ISA is not compiled into this build.

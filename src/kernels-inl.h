@@ -105,6 +105,10 @@ constexpr KernelTable kTable = {
     &AddLayerNormRows<double>,
     &AddLayerNormRows16<Float16Format>,
     &AddLayerNormRows16<BFloat16Format>,
+    &AddRmsNormRows<float>,
+    &AddRmsNormRows<double>,
+    &AddRmsNormRows16<Float16Format>,
+    &AddRmsNormRows16<BFloat16Format>,
 };
 
 }  // namespace FASTLN_NS

@@ -40,23 +40,60 @@ def _data(rng, shape, dtype, c=0.0, s=1.0):
     return (c + s * rng.standard_normal(shape)).astype(dtype)
 
 
+# Both norms take residual= and 16-bit storage; RMS norm has no bias and returns rstd alone.
+OPS = ["layer_norm", "rms_norm"]
+
+
+def _norm(op, x, w=None, b=None, **kw):
+    if op == "layer_norm":
+        return fastln.layer_norm(x, w, b, **kw)
+    return fastln.rms_norm(x, w, **kw)
+
+
+def _ref(op, x, w=None, b=None, **kw):
+    if op == "layer_norm":
+        return ref.layer_norm(x, w, b, **kw)
+    return ref.rms_norm(x, w, **kw)
+
+
 # ---- fused residual ----------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("cols", TAILS + [8193])
-def test_residual_equals_unfused(isa, rng, dtype, cols):
+def test_residual_equals_unfused(isa, rng, op, dtype, cols):
     rows = 37 if cols <= 1000 else 3  # several blocks of rows, the last one partial
     x = _data(rng, (rows, cols), dtype, c=2.0)
     r = _data(rng, (rows, cols), dtype, s=3.0)
     w, b = _data(rng, cols, dtype), _data(rng, cols, dtype)
-    y, h = fastln.layer_norm(x, w, b, residual=r)
+    y, h = _norm(op, x, w, b, residual=r)
     assert h.dtype == y.dtype == np.dtype(dtype)
     np.testing.assert_array_equal(h, x + r)
     # The fused path runs the same row routine on the same h: bit for bit the unfused result.
-    np.testing.assert_array_equal(y, fastln.layer_norm(x + r, w, b))
+    np.testing.assert_array_equal(y, _norm(op, x + r, w, b))
     tol = 2e-5 if dtype == np.float32 else 1e-12
-    np.testing.assert_allclose(y, ref.add_layer_norm(x, r, w, b)[0], rtol=0, atol=tol)
+    np.testing.assert_allclose(y, _ref(op, x + r, w, b), rtol=0, atol=tol)
+    if op == "layer_norm":
+        np.testing.assert_array_equal(ref.add_layer_norm(x, r, w, b)[1], h)
+
+
+def test_rms_residual_stats_and_aliasing(isa, rng):
+    x = _data(rng, (6, 5, 33), np.float32)
+    r = _data(rng, (6, 5, 33), np.float32)
+    w = _data(rng, (5, 33), np.float32)
+    y, h, rstd = fastln.rms_norm(x, w, residual=r, axis=1, return_stats=True)
+    ey, erstd = ref.rms_norm(x + r, w, axis=1, return_stats=True)
+    np.testing.assert_array_equal(h, x + r)
+    np.testing.assert_allclose(y, ey, atol=2e-5)
+    assert rstd.shape == (6,) and rstd.dtype == np.float32
+    np.testing.assert_allclose(rstd, erstd, rtol=2e-6)
+    # Pre-norm block: the stream is updated in place, y goes to a new array.
+    stream = r.copy()
+    y2, h2 = fastln.rms_norm(x, w, residual=stream, residual_out=stream, axis=1)
+    assert h2 is stream
+    np.testing.assert_array_equal(stream, x + r)
+    np.testing.assert_array_equal(y2, y)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -152,16 +189,18 @@ def test_core_rejects_unsafe_residual_calls():
     x = np.zeros((4, 8), np.float32)
     y = np.zeros_like(x)
     with pytest.raises(ValueError):  # residual of another shape
-        _core.add_layer_norm_2d(x, x[:3], y.copy(), y, None, None, None, None, 1e-5, _core.NATIVE)
+        _core.add_norm_2d(x, x[:3], y.copy(), y, None, None, None, None, 1e-5, _core.NATIVE, False)
     with pytest.raises(TypeError):  # residual without h
-        _core.add_layer_norm_2d(x, x, None, y, None, None, None, None, 1e-5, _core.NATIVE)
+        _core.add_norm_2d(x, x, None, y, None, None, None, None, 1e-5, _core.NATIVE, False)
     with pytest.raises(ValueError):  # h of another dtype
-        _core.add_layer_norm_2d(x, x, y.astype(np.float64), y, None, None, None, None, 1e-5, _core.NATIVE)
+        _core.add_norm_2d(x, x, y.astype(np.float64), y, None, None, None, None, 1e-5, _core.NATIVE, False)
     with pytest.raises(TypeError):  # 4-byte elements called 16-bit
-        _core.add_layer_norm_2d(x, None, None, y, None, None, None, None, 1e-5, _core.FLOAT16)
+        _core.add_norm_2d(x, None, None, y, None, None, None, None, 1e-5, _core.FLOAT16, False)
     x16 = x.astype(np.float16)
+    with pytest.raises(ValueError):  # RMS norm has no bias
+        _core.add_norm_2d(x, None, None, y, None, np.ones(8, np.float32), None, None, 1e-5, _core.NATIVE, True)
     with pytest.raises(ValueError):  # 16-bit storage takes float32 parameters only
-        _core.add_layer_norm_2d(x16, None, None, x16.copy(), np.ones(8, np.float16), None, None, None, 1e-5, _core.FLOAT16)
+        _core.add_norm_2d(x16, None, None, x16.copy(), np.ones(8, np.float16), None, None, None, 1e-5, _core.FLOAT16, False)
 
 
 def test_residual_matches_torch(isa, rng):
@@ -173,15 +212,19 @@ def test_residual_matches_torch(isa, rng):
     ty = torch.nn.functional.layer_norm(th, (384,), torch.from_numpy(w), torch.from_numpy(b), 1e-12)
     np.testing.assert_array_equal(h, th.numpy())
     np.testing.assert_allclose(y, ty.numpy(), atol=2e-5)
+    y, h = fastln.rms_norm(x, w, 1e-6, residual=r)
+    ty = torch.nn.functional.rms_norm(th, (384,), torch.from_numpy(w), 1e-6)
+    np.testing.assert_allclose(y, ty.numpy(), atol=2e-5)
 
 
 # ---- float16 and bfloat16 ----------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("name", HALF)
 @pytest.mark.parametrize("cols", TAILS + [8193, 10000])
 @pytest.mark.parametrize("params", ["float32", "same", "none"])
-def test_half_within_one_ulp(isa, rng, name, cols, params):
+def test_half_within_one_ulp(isa, rng, op, name, cols, params):
     dt = _half(name)
     rows = 37 if cols <= 1000 else 3  # several blocks of rows, the last one partial
     x = _data(rng, (rows, cols), dt, c=1.5, s=2.0)
@@ -189,19 +232,19 @@ def test_half_within_one_ulp(isa, rng, name, cols, params):
     if params != "none":
         pdt = F32 if params == "float32" else dt
         w, b = _data(rng, cols, pdt, c=1.0), _data(rng, cols, pdt)
-    y, mean, rstd = fastln.layer_norm(x, w, b, return_stats=True)
-    assert y.dtype == dt and mean.dtype == rstd.dtype == F32
-    ey, emean, erstd = ref.layer_norm(x.astype(np.float64), w, b, return_stats=True)
+    y, *stats = _norm(op, x, w, b, return_stats=True)
+    assert y.dtype == dt and all(s.dtype == F32 for s in stats)
+    ey, *estats = _ref(op, x.astype(np.float64), w, b, return_stats=True)
     # One unit of dt, plus the float32 math's own error where dt's units are finer (near 0).
     err = np.abs(y.astype(np.float64) - ey)
     assert (err <= _ulp(ey, dt) + 2e-6).all(), err.max()
-    np.testing.assert_allclose(mean, emean, rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(rstd, erstd, rtol=1e-6)
+    for got, want in zip(stats, estats):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
     # The math is the float32 routine's on the widened row, rounded once to nearest even: bit for
     # bit what NumPy (or ml_dtypes) makes of the float32 result.
     w32 = None if w is None else w.astype(F32)
     b32 = None if b is None else b.astype(F32)
-    want = fastln.layer_norm(x.astype(F32), w32, b32).astype(dt)
+    want = _norm(op, x.astype(F32), w32, b32).astype(dt)
     np.testing.assert_array_equal(_bits(y), _bits(want))
 
 
@@ -229,6 +272,20 @@ def test_half_rounding_of_every_kind_of_float(isa, rng, name):
     assert np.isnan(y[nan].astype(F32)).all()
     quiet = 0x7E00 if dt == F16 else 0x7FC0
     assert (_bits(y)[nan] & quiet == quiet).all()
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("name", HALF)
+def test_half_residual_rms_and_layer(isa, rng, op, name):
+    dt = _half(name)
+    x, r = _data(rng, (9, 100), dt), _data(rng, (9, 100), dt)
+    w = _data(rng, 100, F32)
+    y, h, *stats = _norm(op, x, w, w, residual=r, return_stats=True)
+    np.testing.assert_array_equal(_bits(h), _bits(x + r))
+    yy, *ss = _norm(op, x + r, w, w, return_stats=True)
+    np.testing.assert_array_equal(_bits(y), _bits(yy))
+    for a, b in zip(stats, ss):
+        np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.parametrize("name", HALF)
@@ -310,7 +367,52 @@ def test_half_matches_torch(isa, rng, name):
     w, b = _data(rng, 768, dt), _data(rng, 768, dt)
     y = fastln.layer_norm(x, w, b)
     tdt = torch.float16 if dt == F16 else torch.bfloat16
-    t = lambda a: torch.from_numpy(a.astype(F32)).to(tdt)  # noqa: E731
+
+    def t(a):
+        return torch.from_numpy(a.astype(F32)).to(tdt)
+
     ty = torch.nn.functional.layer_norm(t(x), (768,), t(w), t(b)).float().numpy()
     # Both round a float32 result once: at most one unit apart.
     assert (np.abs(y.astype(F32) - ty) <= _ulp(ty, dt)).all()
+
+
+# ---- backward and modules with 16-bit storage ----------------------------------------------------
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("name", HALF)
+def test_half_backward(isa, rng, op, name):
+    # 16-bit dy and x: the float32 backward of the widened values, dx rounded once to the dtype,
+    # dweight and dbias float32.
+    dt = _half(name)
+    x, dy = _data(rng, (7, 65), dt), _data(rng, (7, 65), dt)
+    w = _data(rng, 65, F32)
+    x32, dy32 = x.astype(F32), dy.astype(F32)
+    if op == "layer_norm":
+        _, mean, rstd = fastln.layer_norm(x, w, return_stats=True)
+        dx, dw, db = fastln.layer_norm_backward(dy, x, mean, rstd, w.astype(dt))
+        ex, ew, eb = fastln.layer_norm_backward(dy32, x32, mean, rstd, w.astype(dt).astype(F32))
+        assert db.dtype == F32
+        np.testing.assert_array_equal(db, eb)
+    else:
+        _, rstd = fastln.rms_norm(x, w, return_stats=True)
+        dx, dw = fastln.rms_norm_backward(dy, x, rstd, w)
+        ex, ew = fastln.rms_norm_backward(dy32, x32, rstd, w)
+    assert dx.dtype == dt and dw.dtype == F32
+    np.testing.assert_array_equal(_bits(dx), _bits(ex.astype(dt)))
+    np.testing.assert_array_equal(dw, ew)
+    with pytest.raises(TypeError, match="dy has dtype"):
+        fastln.rms_norm_backward(dy32, x, rstd, w)
+
+
+@pytest.mark.parametrize("name", HALF)
+def test_half_modules(isa, rng, name):
+    dt = _half(name)
+    x = _data(rng, (4, 16), dt)
+    for mod in (fastln.LayerNorm(16), fastln.RMSNorm(16)):
+        y = mod(x)
+        assert y.dtype == dt
+        y2 = mod.forward(x)
+        np.testing.assert_array_equal(_bits(y), _bits(y2))
+        dx = mod.backward(np.ones_like(x))
+        assert dx.dtype == dt and mod.grad_weight.dtype == F32

@@ -118,6 +118,23 @@ int fastln_add_layer_norm_bf16(const uint16_t *x, int64_t ldx, const uint16_t *r
                                const float *weight, const float *bias, float *mean, float *rstd,
                                int64_t rows, int64_t cols, double eps);
 
+/* RMSNorm with the fused residual add and 16-bit storage of the fastln_add_layer_norm_* calls
+ * above, with the same rules; rstd is that of h. */
+int fastln_add_rms_norm_f32(const float *x, int64_t ldx, const float *residual, int64_t ldr,
+                            float *h, int64_t ldh, float *y, int64_t ldy, const float *weight,
+                            float *rstd, int64_t rows, int64_t cols, double eps);
+int fastln_add_rms_norm_f64(const double *x, int64_t ldx, const double *residual, int64_t ldr,
+                            double *h, int64_t ldh, double *y, int64_t ldy, const double *weight,
+                            double *rstd, int64_t rows, int64_t cols, double eps);
+int fastln_add_rms_norm_f16(const uint16_t *x, int64_t ldx, const uint16_t *residual, int64_t ldr,
+                            uint16_t *h, int64_t ldh, uint16_t *y, int64_t ldy,
+                            const float *weight, float *rstd, int64_t rows, int64_t cols,
+                            double eps);
+int fastln_add_rms_norm_bf16(const uint16_t *x, int64_t ldx, const uint16_t *residual,
+                             int64_t ldr, uint16_t *h, int64_t ldh, uint16_t *y, int64_t ldy,
+                             const float *weight, float *rstd, int64_t rows, int64_t cols,
+                             double eps);
+
 /* A short English sentence for a status code; never NULL. */
 const char *fastln_status_string(int status);
 

@@ -145,26 +145,37 @@ void AddNormRows16(const AddNormArgs<uint16_t, float> &a, int64_t r0, int64_t r1
   if (f != stack) __builtin_free(f);
 }
 
-// Layer norm of k rows through the float routine of layer_norm-inl.h; src and dst may be the same.
-template <class T, class P>
-struct LayerNormBlock {
+// k rows through a float row routine (LayerNormRows, RmsNormRows: the latter ignores bias and
+// mean); src and dst may be the same rows.
+template <class T, class P, void (*Rows)(const LayerNormArgs<P> &, int64_t, int64_t)>
+struct NormBlock {
   const AddNormArgs<T, P> &a;
   void operator()(const P *src, int64_t lds, P *dst, int64_t ldd, int64_t r, int64_t k) const {
     const LayerNormArgs<P> b{src, lds, dst, ldd, a.weight, a.bias,
                              a.mean ? a.mean + r : nullptr, a.rstd ? a.rstd + r : nullptr,
                              a.cols, a.eps};
-    LayerNormRows<P>(b, 0, k);
+    Rows(b, 0, k);
   }
 };
 
 template <class T>
 void AddLayerNormRows(const AddNormArgs<T, T> &a, int64_t r0, int64_t r1) {
-  AddNormRowsT<T>(a, r0, r1, LayerNormBlock<T, T>{a});
+  AddNormRowsT<T>(a, r0, r1, NormBlock<T, T, &LayerNormRows<T>>{a});
 }
 
 template <class F>
 void AddLayerNormRows16(const AddNormArgs<uint16_t, float> &a, int64_t r0, int64_t r1) {
-  AddNormRows16<F>(a, r0, r1, LayerNormBlock<uint16_t, float>{a});
+  AddNormRows16<F>(a, r0, r1, NormBlock<uint16_t, float, &LayerNormRows<float>>{a});
+}
+
+template <class T>
+void AddRmsNormRows(const AddNormArgs<T, T> &a, int64_t r0, int64_t r1) {
+  AddNormRowsT<T>(a, r0, r1, NormBlock<T, T, &RmsNormRows<T>>{a});
+}
+
+template <class F>
+void AddRmsNormRows16(const AddNormArgs<uint16_t, float> &a, int64_t r0, int64_t r1) {
+  AddNormRows16<F>(a, r0, r1, NormBlock<uint16_t, float, &RmsNormRows<float>>{a});
 }
 
 FASTLN_OPS_END
