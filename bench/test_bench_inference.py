@@ -66,3 +66,14 @@ def test_residual_unfused(benchmark, name):
 
     benchmark.extra_info["bytes"] = 4 * x.nbytes
     benchmark(unfused)
+
+
+@pytest.mark.parametrize("name", ["float32", "bfloat16"])
+def test_rms_residual_fused(benchmark, name):
+    # The pre-norm block of LLaMA-style models: y = rms_norm(x + stream), stream updated in place.
+    dt = _dtype(name)
+    x, r = _x(dt), _x(dt, 1)
+    w = np.ones(COLS, np.float32)
+    y = np.empty_like(x)
+    benchmark.extra_info["bytes"] = 4 * x.nbytes
+    benchmark(fastln.rms_norm, x, w, residual=r, out=y, residual_out=r)
