@@ -153,7 +153,7 @@ struct NormBlock {
   void operator()(const P *src, int64_t lds, P *dst, int64_t ldd, int64_t r, int64_t k) const {
     const LayerNormArgs<P> b{src, lds, dst, ldd, a.weight, a.bias,
                              a.mean ? a.mean + r : nullptr, a.rstd ? a.rstd + r : nullptr,
-                             a.cols, a.eps};
+                             a.cols, a.eps, false};  // no streaming stores: L1-sized blocks
     Rows(b, 0, k);
   }
 };
