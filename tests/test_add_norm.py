@@ -78,6 +78,17 @@ def test_residual_equals_unfused(isa, rng, op, dtype, cols):
         np.testing.assert_array_equal(ref.add_layer_norm(x, r, w, b)[1], h)
 
 
+@pytest.mark.parametrize("op", OPS)
+def test_residual_large_output_streams(isa, rng, op):
+    # 4 MiB of y: large enough for non-temporal stores of y (2 MiB per thread at two threads).
+    x = _data(rng, (128, 8192), np.float32)
+    r = _data(rng, (128, 8192), np.float32)
+    w, b = _data(rng, 8192, np.float32), _data(rng, 8192, np.float32)
+    y, h = _norm(op, x, w, b, residual=r)
+    np.testing.assert_array_equal(h, x + r)
+    np.testing.assert_array_equal(y, _norm(op, x + r, w, b))
+
+
 def test_rms_residual_stats_and_aliasing(isa, rng):
     x = _data(rng, (6, 5, 33), np.float32)
     r = _data(rng, (6, 5, 33), np.float32)
