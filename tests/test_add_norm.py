@@ -141,7 +141,9 @@ def test_residual_out_aliases_an_input(isa, rng, target, dtype):
     alias = xc if target == "x" else rc
     y, h = fastln.layer_norm(xc, residual=rc, residual_out=alias)
     assert h is alias
-    np.testing.assert_array_equal(_bits(h) if dt.itemsize == 2 else h, _bits(want_h) if dt.itemsize == 2 else want_h)
+    np.testing.assert_array_equal(
+        _bits(h) if dt.itemsize == 2 else h, _bits(want_h) if dt.itemsize == 2 else want_h
+    )
     np.testing.assert_array_equal(y.astype(np.float64), want_y.astype(np.float64))
     # y written over an input (out=) while h goes to a new array, or to the other input.
     xc, rc = x.copy(), r.copy()
@@ -204,14 +206,30 @@ def test_core_rejects_unsafe_residual_calls():
     with pytest.raises(TypeError):  # residual without h
         _core.add_norm_2d(x, x, None, y, None, None, None, None, 1e-5, _core.NATIVE, False)
     with pytest.raises(ValueError):  # h of another dtype
-        _core.add_norm_2d(x, x, y.astype(np.float64), y, None, None, None, None, 1e-5, _core.NATIVE, False)
+        _core.add_norm_2d(
+            x, x, y.astype(np.float64), y, None, None, None, None, 1e-5, _core.NATIVE, False
+        )
     with pytest.raises(TypeError):  # 4-byte elements called 16-bit
         _core.add_norm_2d(x, None, None, y, None, None, None, None, 1e-5, _core.FLOAT16, False)
     x16 = x.astype(np.float16)
     with pytest.raises(ValueError):  # RMS norm has no bias
-        _core.add_norm_2d(x, None, None, y, None, np.ones(8, np.float32), None, None, 1e-5, _core.NATIVE, True)
+        _core.add_norm_2d(
+            x, None, None, y, None, np.ones(8, np.float32), None, None, 1e-5, _core.NATIVE, True
+        )
     with pytest.raises(ValueError):  # 16-bit storage takes float32 parameters only
-        _core.add_norm_2d(x16, None, None, x16.copy(), np.ones(8, np.float16), None, None, None, 1e-5, _core.FLOAT16, False)
+        _core.add_norm_2d(
+            x16,
+            None,
+            None,
+            x16.copy(),
+            np.ones(8, np.float16),
+            None,
+            None,
+            None,
+            1e-5,
+            _core.FLOAT16,
+            False,
+        )
 
 
 def test_residual_matches_torch(isa, rng):
@@ -265,8 +283,21 @@ def test_half_rounding_of_every_kind_of_float(isa, rng, name):
     # ties, overflow to Inf, subnormals, NaN (kept, quiet).
     dt = _half(name)
     if dt == F16:
-        special = [65504, 65519.996, 65520, 65536, 2.0**-14, 2.0**-24, 2.0**-25, 2.0**-25 * 1.0001,
-                   3 * 2.0**-26, 1 + 2.0**-11, 1 + 3 * 2.0**-11, 1e-10, 1e10]
+        special = [
+            65504,
+            65519.996,
+            65520,
+            65536,
+            2.0**-14,
+            2.0**-24,
+            2.0**-25,
+            2.0**-25 * 1.0001,
+            3 * 2.0**-26,
+            1 + 2.0**-11,
+            1 + 3 * 2.0**-11,
+            1e-10,
+            1e10,
+        ]
     else:
         special = [1 + 2.0**-8, 1 + 3 * 2.0**-8, 3.3895314e38, 3.4028235e38, 1e-40, 2.0**-133]
     special = np.array(special, np.float64).astype(F32)

@@ -78,9 +78,7 @@ def test_embeddings(isa, models):
     np.testing.assert_allclose(np.linalg.norm(e, axis=1), 1, atol=1e-6)
     # Deterministic, and independent of how the sentences are batched.
     np.testing.assert_array_equal(e, m.encode(SENTENCES, batch_size=4))
-    np.testing.assert_allclose(
-        e, m.encode(SENTENCES, batch_size=len(SENTENCES)), atol=2e-6
-    )
+    np.testing.assert_allclose(e, m.encode(SENTENCES, batch_size=len(SENTENCES)), atol=2e-6)
     sim = e @ e.T
     assert sim[0, 1] > 0.6 > max(sim[0, 2], sim[0, 3], sim[1, 2])
     # The same engine with a plain NumPy float32 LayerNorm: fastln changes only rounding.
@@ -100,7 +98,5 @@ def test_matches_sentence_transformers(models):
     finally:
         torch.set_num_threads(threads)
     got = models["fastln"].encode(SENTENCES, batch_size=4)
-    cos = (
-        (got * want).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)
-    )
+    cos = (got * want).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)
     assert cos.min() >= 0.9999, cos
