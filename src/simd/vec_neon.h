@@ -10,10 +10,7 @@
 #include <arm_neon.h>
 #include <stdint.h>
 
-// The one-value float16/bfloat16 conversions for row tails, shared by every ISA.
-#if __has_include("simd/half.h")
-#include "simd/half.h"
-#endif
+#include "simd/half.h"  // one-value float16/bfloat16 conversions, for row tails
 
 namespace fastln {
 namespace FASTLN_NS {

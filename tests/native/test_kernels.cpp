@@ -364,10 +364,10 @@ void CheckForward(const Isa &isa, const char *kname, fastln::LayerNormRowsFn<P> 
 template <class F> struct FirstArg;
 template <class A, class... R> struct FirstArg<void (*)(const A &, R...)> { using type = A; };
 
-// LayerNorm with a fused residual add (h = x + res, stored; y = LN(h)) and/or 16-bit storage.
+// A norm with a fused residual add (h = x + res, stored; y = norm(h)) and/or 16-bit storage.
 // res modes: 0 none, 1 h separate, 2 h written over x, 3 h written over res.
 template <class St, class Fn>
-void RunAddNormCase(const Isa &isa, const char *kname, Fn fn, int64_t n,
+void RunAddNormCase(const Isa &isa, const char *kname, Op op, Fn fn, int64_t n,
                     const std::vector<RowSpec> &specs, uint64_t seed, const char *label) {
   using Args = typename FirstArg<Fn>::type;
   using B = typename St::Bits;
@@ -403,8 +403,9 @@ void RunAddNormCase(const Isa &isa, const char *kname, Fn fn, int64_t n,
         guard_ok &= same(y[r * ld + i], St::Enc(-3));
         if (hp) guard_ok &= same(hp[r * ld + i], mode == 1 ? St::Enc(-7) : mode == 2 ? x[r * ld + i] : res[r * ld + i]);
       }
+      if (guard || op == kRms) guard_ok &= mean[r] == P(-5);  // RMSNorm ignores mean
       if (guard) {
-        guard_ok &= mean[r] == P(-5) && rstd[r] == P(-5);
+        guard_ok &= rstd[r] == P(-5);
         continue;
       }
       std::vector<double> in(n);
@@ -419,7 +420,7 @@ void RunAddNormCase(const Isa &isa, const char *kname, Fn fn, int64_t n,
           in[i] = St::Dec(x[r * ld + i]);
         }
       }
-      CompareRow<St, P>(kLayer, specs[r - 1], y.data() + r * ld, in, n, affine ? w.data() : nullptr,
+      CompareRow<St, P>(op, specs[r - 1], y.data() + r * ld, in, n, affine ? w.data() : nullptr,
                         affine ? b.data() : nullptr, eps, stats ? mean.data() : nullptr,
                         stats ? rstd.data() : nullptr, r, &wy, &ws, &nan_ok);
     }
@@ -431,12 +432,12 @@ void RunAddNormCase(const Isa &isa, const char *kname, Fn fn, int64_t n,
   }
 }
 
-template <class St, class Fn>
+template <class St, Op op, class Fn>
 void CheckAddNorm(const Isa &isa, const char *kname, Fn fn) {
   const bool narrow = St::kRel > 0;  // 16-bit: no offsets beyond its range
   for (int64_t n : kTailLengths)
-    RunAddNormCase<St>(isa, kname, fn, n, TailRows(narrow ? 1e2 : 1e3), 2000 + n, "tails");
-  if (!narrow) RunAddNormCase<St>(isa, kname, fn, 768, kHardRows, 11, "hard rows");
+    RunAddNormCase<St>(isa, kname, op, fn, n, TailRows(narrow ? 1e2 : 1e3), 2000 + n, "tails");
+  if (!narrow) RunAddNormCase<St>(isa, kname, op, fn, 768, kHardRows, 11, "hard rows");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -554,10 +555,14 @@ FASTLN_KERNEL(layer_norm_backward_f32, CheckBackward<float, kLayer>)
 FASTLN_KERNEL(layer_norm_backward_f64, CheckBackward<double, kLayer>)
 FASTLN_KERNEL(rms_norm_backward_f32, CheckBackward<float, kRms>)
 FASTLN_KERNEL(rms_norm_backward_f64, CheckBackward<double, kRms>)
-FASTLN_KERNEL(add_layer_norm_f32, CheckAddNorm<Native<float>>)
-FASTLN_KERNEL(add_layer_norm_f64, CheckAddNorm<Native<double>>)
-FASTLN_KERNEL(add_layer_norm_f16, CheckAddNorm<F16>)
-FASTLN_KERNEL(add_layer_norm_bf16, CheckAddNorm<BF16>)
+FASTLN_KERNEL(add_layer_norm_f32, CheckAddNorm<Native<float>, kLayer>)
+FASTLN_KERNEL(add_layer_norm_f64, CheckAddNorm<Native<double>, kLayer>)
+FASTLN_KERNEL(add_layer_norm_f16, CheckAddNorm<F16, kLayer>)
+FASTLN_KERNEL(add_layer_norm_bf16, CheckAddNorm<BF16, kLayer>)
+FASTLN_KERNEL(add_rms_norm_f32, CheckAddNorm<Native<float>, kRms>)
+FASTLN_KERNEL(add_rms_norm_f64, CheckAddNorm<Native<double>, kRms>)
+FASTLN_KERNEL(add_rms_norm_f16, CheckAddNorm<F16, kRms>)
+FASTLN_KERNEL(add_rms_norm_bf16, CheckAddNorm<BF16, kRms>)
 
 struct KernelCheck {
   const char *name;
@@ -572,6 +577,8 @@ constexpr KernelCheck kKernels[] = {
     FASTLN_ENTRY(rms_norm_backward_f32),   FASTLN_ENTRY(rms_norm_backward_f64),
     FASTLN_ENTRY(add_layer_norm_f32),      FASTLN_ENTRY(add_layer_norm_f64),
     FASTLN_ENTRY(add_layer_norm_f16),      FASTLN_ENTRY(add_layer_norm_bf16),
+    FASTLN_ENTRY(add_rms_norm_f32),        FASTLN_ENTRY(add_rms_norm_f64),
+    FASTLN_ENTRY(add_rms_norm_f16),        FASTLN_ENTRY(add_rms_norm_bf16),
 };
 constexpr size_t CoveredFields() {
   size_t k = 0;
