@@ -1,6 +1,7 @@
 /* The C API from C: fastln.h compiles as C, and bad arguments return the documented status codes.
  * Built by tests/test_c_api.py (and by CMake with -DFASTLN_BUILD_TESTS=ON). */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -54,6 +55,22 @@ int main(void) {
          "rms backward NULL dx");
   expect(fastln_rms_norm_backward_f64(yd, xd, NULL, NULL, yd, NULL, 1, 8), FASTLN_ERR_NULL_POINTER,
          "rms backward NULL rstd");
+
+  /* Fused residual add and 16-bit storage. */
+  float h[8];
+  uint16_t x16[8] = {0x3c00, 0x4000, 0x4200, 0x4400, 0x4500, 0x4600, 0x4700, 0x4800}, y16[8];
+  expect(fastln_add_layer_norm_f32(x, 8, x, 8, h, 8, y, 8, NULL, NULL, NULL, NULL, 1, 8, 1e-5), FASTLN_OK,
+         "add valid");
+  expect(fastln_add_layer_norm_f32(x, 8, x, 8, NULL, 8, y, 8, NULL, NULL, NULL, NULL, 1, 8, 1e-5),
+         FASTLN_ERR_NULL_POINTER, "add with residual and NULL h");
+  expect(fastln_add_layer_norm_f32(x, 8, NULL, 0, NULL, 0, y, 8, NULL, NULL, NULL, NULL, 1, 8, 1e-5), FASTLN_OK,
+         "add without residual needs no h");
+  expect(fastln_add_rms_norm_f64(xd, 8, xd, 8, yd, 8, yd, 8, NULL, NULL, 1, 8, -1.0), FASTLN_ERR_BAD_EPS,
+         "add rms eps < 0");
+  expect(fastln_add_layer_norm_f16(x16, 8, NULL, 0, NULL, 0, y16, 8, NULL, NULL, NULL, NULL, 1, 8, 1e-5),
+         FASTLN_OK, "f16 valid");
+  expect(fastln_add_layer_norm_bf16(x16, 4, NULL, 0, NULL, 0, y16, 8, NULL, NULL, NULL, NULL, 1, 8, 1e-5),
+         FASTLN_ERR_BAD_SHAPE, "bf16 ldx < cols");
 
   expect(fastln_set_isa("bogus"), FASTLN_ERR_UNKNOWN_ISA, "set_isa(bogus)");
   expect(fastln_set_isa("scalar"), FASTLN_OK, "set_isa(scalar)");
