@@ -19,7 +19,7 @@ from typing import Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _core
+from . import _core, _cuda_api
 from ._args import (
     SUPPORTED,
     as_float_array,
@@ -117,7 +117,7 @@ def runtime_info() -> dict:
 
 
 def _cuda_info() -> dict:
-    return {"compiled": False, "available": False, "detail": "the CUDA path is not part of this build"}
+    return _cuda_api.info()
 
 
 def layer_norm(
@@ -138,7 +138,9 @@ def layer_norm(
 
     Parameters
     ----------
-    x : array_like of float32 or float64, ndim >= 1, any strides.
+    x : array_like of float32 or float64, ndim >= 1, any strides; or a CuPy array / torch CUDA
+        tensor of float32, float16 or bfloat16, which runs on the GPU and returns the same kind
+        (weight and bias then on the same device; mean and rstd float32).
     weight, bias : None, or arrays of shape x.shape[axis:] (cast to x's dtype).
     eps : float >= 0, added to the variance.
     axis : first normalized axis (negative counts from the end).
@@ -159,6 +161,8 @@ def layer_norm(
     >>> float(mean[0])
     2.5
     """
+    if _cuda_api.on_gpu(x, weight, bias):
+        return _cuda_api.layer_norm(x, weight, bias, eps, axis=axis, out=out, return_stats=return_stats)
     x = as_float_array(x, "x")
     ndim = x.ndim
     if ndim == 0:
