@@ -200,11 +200,11 @@ def _nvcc():
     return shutil.which("nvcc")
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(_nvcc() is None, reason="nvcc not found")
 def test_cuda_sources_compile(tmp_path):
-    """Every .cu compiles (front end and PTX generation for sm_90; no GPU needed), so a CUDA
-    compile error fails CI on machines that have nvcc but no GPU."""
+    """Every .cu compiles (front end, PTX for sm_90 and the host side; no GPU needed), so a CUDA
+    compile error fails CI on machines that have nvcc but no GPU. setup.py's build compiles the
+    optimized machine code for sm_80/sm_90."""
     sources = sorted(glob.glob(os.path.join(ROOT, "src", "cuda", "*.cu")))
     assert len(sources) >= 4
 
@@ -212,7 +212,9 @@ def test_cuda_sources_compile(tmp_path):
         cmd = [_nvcc(), "-c", src, "-o", str(tmp_path / (os.path.basename(src) + ".o")),
                "-std=c++17", "-I" + os.path.join(ROOT, "include"),
                "-I" + os.path.join(ROOT, "src", "cuda"), "-Xcompiler", "-fPIC",
-               "-gencode=arch=compute_90,code=compute_90"]
+               "-gencode=arch=compute_90,code=compute_90",
+               # unoptimized: the check is whether the code compiles, and it runs in seconds
+               "-Xcicc", "-O0", "-Xcompiler", "-O0"]
         r = subprocess.run(cmd, capture_output=True, text=True, check=False)
         return src, r.returncode, r.stdout + r.stderr
 
