@@ -181,11 +181,11 @@ def layer_norm(
     if out is not None:
         check_out(out, x)
     y = out if out is not None else np.empty(shape, dtype=dt)
+    mean: Optional[np.ndarray] = None
+    rstd: Optional[np.ndarray] = None
     if return_stats:
         mean = np.empty(shape[:ax], dtype=dt)
         rstd = np.empty(shape[:ax], dtype=dt)
-    else:
-        mean = rstd = None
     if rows == 0:
         return (y, mean, rstd) if return_stats else y
 
@@ -203,7 +203,7 @@ def layer_norm(
         if not same:
             y2 = None
     tmp = y2 is None
-    if tmp:
+    if y2 is None:
         y2 = np.empty((rows, cols), dtype=dt)
     _core.layer_norm_2d(
         x2, y2, w, b,

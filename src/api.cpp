@@ -9,16 +9,36 @@
 
 #ifdef _OPENMP
 #include <omp.h>
+#if defined(__unix__) || defined(__APPLE__)
+#include <pthread.h>
+#define FASTLN_HAVE_ATFORK 1
+#endif
 #endif
 
 namespace fastln {
 namespace {
+
+#ifdef FASTLN_HAVE_ATFORK
+// GNU libgomp cannot start a parallel region in a child forked after the parent ran one: the child
+// hangs (multiprocessing's default start method on Linux does exactly this). As PyTorch does, a
+// child forked after fastln went parallel runs single-threaded.
+std::atomic<bool> g_forked_child{false};
+void OnForkChild() { g_forked_child.store(true); }
+bool ForkedChild() {
+  static const int registered = pthread_atfork(nullptr, nullptr, &OnForkChild);
+  (void)registered;
+  return g_forked_child.load(std::memory_order_relaxed);
+}
+#else
+bool ForkedChild() { return false; }
+#endif
 
 std::atomic<int> g_num_threads{0};
 
 int MaxThreads() {
   const int n = g_num_threads.load(std::memory_order_relaxed);
 #ifdef _OPENMP
+  if (ForkedChild()) return 1;
   return n > 0 ? n : omp_get_max_threads();
 #else
   (void)n;
@@ -44,7 +64,7 @@ void ParallelRows(const Args &args, Fn fn, int64_t rows, int64_t cols) {
   const int64_t by_work = (rows * cols) / kMinElemsPerThread;
   if (nt > by_work) nt = by_work;
   if (nt > rows) nt = rows;
-  if (nt <= 1) {
+  if (nt <= 1 || ForkedChild()) {
     fn(args, 0, rows);
     return;
   }

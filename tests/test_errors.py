@@ -1,0 +1,113 @@
+"""Bad input gets a clear exception, never a crash or a silently wrong answer."""
+
+import numpy as np
+import pytest
+
+import fastln
+from fastln._args import AxisError
+
+X = np.zeros((4, 8), np.float32)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.bool_, np.complex64, object, np.uint8])
+def test_bad_dtype(dtype):
+    with pytest.raises(TypeError, match="float32 and float64"):
+        fastln.layer_norm(np.zeros((2, 3), dtype=dtype))
+
+
+@pytest.mark.parametrize("which", ["weight", "bias"])
+def test_param_shape(which):
+    with pytest.raises(ValueError, match=r"\(7,\).*\(8,\)"):
+        fastln.layer_norm(X, **{which: np.ones(7, np.float32)})
+    with pytest.raises(ValueError, match=which):
+        fastln.layer_norm(X, **{which: np.ones((4, 8), np.float32)})
+
+
+def test_param_dtype():
+    with pytest.raises(TypeError):
+        fastln.layer_norm(X, weight=np.ones(8, np.complex64))
+
+
+def test_out_errors():
+    with pytest.raises(ValueError, match=r"\(4, 7\).*\(4, 8\)"):
+        fastln.layer_norm(X, out=np.empty((4, 7), np.float32))
+    with pytest.raises((TypeError, ValueError), match="dtype"):
+        fastln.layer_norm(X, out=np.empty((4, 8), np.float64))
+    ro = np.empty((4, 8), np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        fastln.layer_norm(X, out=ro)
+    with pytest.raises(TypeError):
+        fastln.layer_norm(X, out=[[0.0] * 8] * 4)
+
+
+@pytest.mark.parametrize("axis", [2, -3, 5, -10])
+def test_axis_out_of_range(axis):
+    with pytest.raises(AxisError):
+        fastln.layer_norm(X, axis=axis)
+    assert issubclass(AxisError, (ValueError, IndexError))
+
+
+def test_axis_type():
+    with pytest.raises(TypeError):
+        fastln.layer_norm(X, axis=1.0)
+
+
+@pytest.mark.parametrize("eps", [-1e-5, float("nan"), float("inf"), -float("inf")])
+def test_bad_eps(eps):
+    with pytest.raises(ValueError, match="eps"):
+        fastln.layer_norm(X, eps=eps)
+
+
+def test_eps_zero_allowed():
+    y = fastln.layer_norm(np.arange(8, dtype=np.float64).reshape(1, 8), eps=0.0)
+    assert np.isclose(y.std(), 1.0)
+
+
+@pytest.mark.parametrize("shape,axis", [((4, 0), -1), ((2, 0, 3), 1), ((0,), 0)])
+def test_zero_size_normalized_dims(shape, axis):
+    with pytest.raises(ValueError, match="zero-size"):
+        fastln.layer_norm(np.zeros(shape, np.float32), axis=axis)
+
+
+def test_scalar_input():
+    with pytest.raises((ValueError, AxisError)):
+        fastln.layer_norm(np.float32(1.0))
+
+
+def test_set_isa_errors():
+    with pytest.raises(ValueError, match="unknown ISA 'avx9'"):
+        fastln.set_isa("avx9")
+    with pytest.raises(TypeError):
+        fastln.set_isa(3)
+    for name in ("scalar", "avx2", "neon"):
+        if name not in fastln.runtime_info()["isas"]:
+            before = fastln.get_isa()
+            with pytest.raises(RuntimeError, match=name):
+                fastln.set_isa(name)
+            assert fastln.get_isa() == before
+
+
+def test_set_num_threads_errors():
+    with pytest.raises(ValueError):
+        fastln.set_num_threads(-1)
+    with pytest.raises(TypeError):
+        fastln.set_num_threads(1.5)
+
+
+def test_core_rejects_unsafe_calls():
+    # The Cython layer re-checks what would make the C call unsafe, even though the public API
+    # never passes such arrays.
+    from fastln import _core
+
+    x = np.zeros((4, 8), np.float32)
+    with pytest.raises(TypeError):
+        _core.layer_norm_2d(x, np.zeros((4, 8), np.float64), None, None, None, None, 1e-5)
+    with pytest.raises(ValueError):
+        _core.layer_norm_2d(x, np.zeros((4, 7), np.float32), None, None, None, None, 1e-5)
+    with pytest.raises(ValueError):
+        _core.layer_norm_2d(x, np.zeros((4, 8), np.float32), np.ones(7, np.float32), None, None, None, 1e-5)
+    with pytest.raises(ValueError):
+        _core.layer_norm_2d(x, np.zeros((4, 8), np.float32), None, None, np.zeros(3, np.float32), None, 1e-5)
+    with pytest.raises(ValueError):
+        _core.layer_norm_2d(x[:, ::2], np.zeros((4, 4), np.float32), None, None, None, None, 1e-5)

@@ -1,0 +1,236 @@
+"""layer_norm against the float64 reference, on every usable ISA."""
+
+import numpy as np
+import pytest
+
+import fastln
+from fastln import _reference as ref
+
+TAILS = [1, 3, 7, 8, 9, 15, 16, 17, 31, 33, 768, 1000, 4097]
+DTYPES = [np.float32, np.float64]
+# Tolerances against the float64 reference, for outputs of order 1.
+TOL = {np.float32: 2e-5, np.float64: 1e-12}
+
+
+def _data(rng, shape, dtype, c=0.0, s=1.0):
+    return (c + s * rng.standard_normal(shape)).astype(dtype)
+
+
+def _check(y, expected, dtype):
+    assert y.dtype == np.dtype(dtype)
+    np.testing.assert_allclose(y, expected, rtol=0, atol=TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("cols", TAILS)
+@pytest.mark.parametrize("affine", ["none", "weight", "bias", "both"])
+def test_tails(isa, rng, dtype, cols, affine):
+    x = _data(rng, (5, cols), dtype, c=3.0, s=2.0)
+    w = _data(rng, cols, dtype) if affine in ("weight", "both") else None
+    b = _data(rng, cols, dtype) if affine in ("bias", "both") else None
+    y = fastln.layer_norm(x, w, b)
+    _check(y, ref.layer_norm(x, w, b), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("axis", [-1, -2, -3, 1, 0])
+def test_axes(isa, rng, dtype, axis):
+    x = _data(rng, (3, 4, 5, 6), dtype)
+    norm_shape = x.shape[axis:]
+    w = _data(rng, norm_shape, dtype)
+    b = _data(rng, norm_shape, dtype)
+    y, mean, rstd = fastln.layer_norm(x, w, b, axis=axis, return_stats=True)
+    ey, emean, erstd = ref.layer_norm(x, w, b, axis=axis, return_stats=True)
+    _check(y, ey, dtype)
+    assert mean.shape == x.shape[: axis % 4] and mean.dtype == np.dtype(dtype)
+    assert rstd.shape == mean.shape and rstd.dtype == np.dtype(dtype)
+    np.testing.assert_allclose(mean, emean, rtol=TOL[dtype], atol=TOL[dtype])
+    np.testing.assert_allclose(rstd, erstd, rtol=TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_one_dimensional_and_batch_of_one(isa, rng, dtype):
+    x = _data(rng, 768, dtype)
+    _check(fastln.layer_norm(x), ref.layer_norm(x), dtype)
+    x1 = x.reshape(1, 768)
+    _check(fastln.layer_norm(x1), ref.layer_norm(x1), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_layouts(isa, rng, dtype):
+    base = _data(rng, (40, 70), dtype, c=1.0)
+    expected_cols = ref.layer_norm(base[:, 3:50])
+    # Row-strided view: handled without a copy.
+    _check(fastln.layer_norm(base[:, 3:50]), expected_cols, dtype)
+    # Every other row, reversed rows, Fortran order, non-unit inner stride.
+    for v in (base[::2], base[::-1], np.asfortranarray(base), base[:, ::3], base.T):
+        _check(fastln.layer_norm(v), ref.layer_norm(v), dtype)
+    # 3-D non-contiguous with a multi-axis normalized shape.
+    v = _data(rng, (6, 5, 8), dtype).transpose(1, 0, 2)
+    _check(fastln.layer_norm(v, axis=-2), ref.layer_norm(v, axis=-2), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_out_and_in_place(isa, rng, dtype):
+    x = _data(rng, (7, 33), dtype, c=-2.0)
+    expected = ref.layer_norm(x)
+    out = np.empty_like(x)
+    r = fastln.layer_norm(x, out=out)
+    assert r is out
+    _check(out, expected, dtype)
+    # Strided out.
+    big = np.zeros((7, 50), dtype)
+    r = fastln.layer_norm(x, out=big[:, 10:43])
+    _check(big[:, 10:43], expected, dtype)
+    assert not big[:, :10].any() and not big[:, 43:].any()
+    # Fortran-ordered out.
+    fo = np.asfortranarray(np.empty_like(x))
+    fastln.layer_norm(x, out=fo)
+    _check(fo, expected, dtype)
+    # In place, contiguous and strided.
+    xi = x.copy()
+    assert fastln.layer_norm(xi, out=xi) is xi
+    _check(xi, expected, dtype)
+    bx = np.zeros((7, 40), dtype)
+    bx[:, 2:35] = x
+    fastln.layer_norm(bx[:, 2:35], out=bx[:, 2:35])
+    _check(bx[:, 2:35], expected, dtype)
+    # Output overlapping the input with an offset: must not read values it already wrote.
+    buf = np.zeros(7 * 33 + 5, dtype)
+    buf[5:] = x.ravel()
+    src = buf[5:].reshape(7, 33)
+    dst = buf[:-5].reshape(7, 33)
+    fastln.layer_norm(src, out=dst)
+    _check(dst, expected, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_zero_rows(isa, dtype):
+    x = np.empty((0, 16), dtype)
+    y = fastln.layer_norm(x)
+    assert y.shape == (0, 16) and y.dtype == np.dtype(dtype)
+    y, m, r = fastln.layer_norm(np.empty((2, 0, 3, 4), dtype), axis=2, return_stats=True)
+    assert y.shape == (2, 0, 3, 4) and m.shape == (2, 0) and r.shape == (2, 0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("cols", [1, 5, 8, 33, 768])
+def test_nan_inf_rows(isa, rng, dtype, cols):
+    x = _data(rng, (6, cols), dtype)
+    x[1, cols // 2] = np.nan
+    x[2, 0] = np.inf
+    x[3, cols - 1] = -np.inf
+    y, mean, rstd = fastln.layer_norm(x, return_stats=True)
+    for r in (1, 2, 3):
+        assert np.isnan(y[r]).all(), r
+    good = [0, 4, 5]
+    assert np.isfinite(y[good]).all()
+    _check(y[good], ref.layer_norm(x[good]), dtype)
+    assert np.isfinite(mean[good]).all() and np.isfinite(rstd[good]).all()
+
+
+def test_constant_rows(isa):
+    # Zero variance: y = 0 (x - mean == 0 exactly), rstd = 1/sqrt(eps).
+    x = np.full((3, 100), 7.25, np.float32)
+    y, mean, rstd = fastln.layer_norm(x, eps=1e-5, return_stats=True)
+    assert (y == 0).all()
+    np.testing.assert_allclose(rstd, 1 / np.sqrt(1e-5), rtol=1e-6)
+    np.testing.assert_array_equal(mean, 7.25)
+
+
+# ---- the accuracy bar of the core issue ----------------------------------------------------------
+
+HARD_ROWS = [(0, 1), (1e2, 1), (1e4, 1), (1e6, 1), (-1e6, 1), (1e4, 1e-2), (0, 1e-3)]
+
+
+@pytest.mark.parametrize("cols", [768, 65536])
+@pytest.mark.parametrize("c,s", HARD_ROWS)
+def test_accuracy_bar_float32(isa, rng, c, s, cols):
+    x = _data(rng, (3, cols), np.float32, c=c, s=s)
+    y = fastln.layer_norm(x)
+    err = np.abs(y - ref.layer_norm(x)).max()
+    assert err <= 1e-5, (c, s, err)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_extreme_magnitudes(isa, rng, dtype):
+    # Rows near 1e30: squares overflow float32; torch returns NaN here.
+    x = _data(rng, (2, 768), dtype, c=1e30, s=1e28)
+    y = fastln.layer_norm(x)
+    assert np.isfinite(y).all()
+    np.testing.assert_allclose(y, ref.layer_norm(x), rtol=0, atol=1e-5)
+    # Tiny values whose squares underflow, with eps = 0.
+    tiny = 1e-25 if dtype == np.float32 else 1e-200
+    x = _data(rng, (2, 768), dtype, s=tiny)
+    y = fastln.layer_norm(x, eps=0.0)
+    assert np.isfinite(y).all()
+    # With eps = 0 the result is scale-free, so the reference may run on x / tiny.
+    expected = ref.layer_norm(x.astype(np.float64) / tiny, eps=0.0)
+    np.testing.assert_allclose(y, expected, rtol=0, atol=1e-5)
+    # Values near the top of the dtype's range, whose sum overflows.
+    big = np.finfo(dtype).max / 4
+    x = (big * rng.uniform(-1, 1, (2, 100))).astype(dtype)
+    y = fastln.layer_norm(x)
+    assert np.isfinite(y).all()
+    # The reference runs on x / big (its squares would overflow float64 too), with eps scaled alike.
+    expected = ref.layer_norm(x.astype(np.float64) / big, eps=1e-5 / float(big) / float(big))
+    np.testing.assert_allclose(y, expected, rtol=0, atol=1e-5)
+
+
+def test_float64_large_offset(isa, rng):
+    x = _data(rng, (3, 1000), np.float64, c=1e12, s=1.0)
+    np.testing.assert_allclose(fastln.layer_norm(x), ref.layer_norm(x), rtol=0, atol=1e-7)
+
+
+def test_inputs_not_modified(isa, rng):
+    x = _data(rng, (4, 17), np.float32)
+    w = _data(rng, 17, np.float32)
+    b = _data(rng, 17, np.float32)
+    copies = [a.copy() for a in (x, w, b)]
+    fastln.layer_norm(x, w, b)
+    for a, c in zip((x, w, b), copies):
+        np.testing.assert_array_equal(a, c)
+
+
+def test_array_likes_and_parameter_casts(isa):
+    x = [[1.0, 2.0, 4.0], [0.5, 0.25, 0.125]]
+    y = fastln.layer_norm(x)
+    assert y.dtype == np.float64
+    np.testing.assert_allclose(y, ref.layer_norm(np.array(x)), atol=1e-12)
+    # float64 parameters with float32 input are cast to float32.
+    xf = np.array(x, np.float32)
+    y = fastln.layer_norm(xf, np.array([1.0, 2.0, 3.0]), [0.0, 1.0, 0.0])
+    assert y.dtype == np.float32
+    np.testing.assert_allclose(y, ref.layer_norm(xf, [1, 2, 3], [0, 1, 0]), atol=2e-6)
+
+
+# ---- torch ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape,nd", [((4, 768), 1), ((3, 5, 64), 2), ((2, 1000), 1), ((1, 9), 1)])
+def test_matches_torch(isa, rng, dtype, shape, nd):
+    torch = pytest.importorskip("torch")
+    x = _data(rng, shape, dtype, c=0.5, s=3.0)
+    ns = shape[-nd:]
+    w = _data(rng, ns, dtype)
+    b = _data(rng, ns, dtype)
+    expected = torch.nn.functional.layer_norm(
+        torch.from_numpy(x), ns, torch.from_numpy(w), torch.from_numpy(b), eps=1e-5
+    ).numpy()
+    y = fastln.layer_norm(x, w, b, axis=-nd)
+    np.testing.assert_allclose(y, expected, rtol=0, atol=1e-4 if dtype == np.float32 else 1e-10)
+
+
+# ---- the module ---------------------------------------------------------------------------------------
+
+def test_layer_norm_module(isa, rng):
+    ln = fastln.LayerNorm((4, 8), eps=1e-6)
+    assert ln.weight.shape == (4, 8) and (ln.weight == 1).all() and (ln.bias == 0).all()
+    ln.weight[:] = rng.standard_normal((4, 8))
+    ln.bias[:] = rng.standard_normal((4, 8))
+    x = _data(rng, (3, 4, 8), np.float32)
+    np.testing.assert_allclose(ln(x), ref.layer_norm(x, ln.weight, ln.bias, 1e-6, axis=-2), atol=2e-5)
+    assert fastln.LayerNorm(8, elementwise_affine=False).weight is None
+    assert fastln.LayerNorm(8, bias=False).bias is None
+    with pytest.raises(ValueError, match="normalized_shape"):
+        ln(np.zeros((3, 8, 4), np.float32))

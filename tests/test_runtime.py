@@ -1,0 +1,180 @@
+"""Dispatch, FASTLN_ISA, threads and runtime_info: the parts that need fresh processes."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import pytest
+
+import fastln
+
+ISAS = fastln.runtime_info()["isas"]
+
+
+def _run(code, **env):
+    e = dict(os.environ)
+    e.pop("FASTLN_ISA", None)
+    e.update(env)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=e,
+        cwd=os.path.dirname(os.path.dirname(fastln.__file__)),
+    )
+
+
+def test_runtime_info_keys():
+    info = fastln.runtime_info()
+    for key in ("version", "isa", "isas", "openmp", "num_threads", "cuda"):
+        assert key in info
+    assert info["version"] == fastln.__version__
+    assert info["isa"] in info["isas"]
+    assert "scalar" in info["isas"]
+    assert isinstance(info["openmp"], bool)
+    assert info["num_threads"] >= 1
+    cuda = info["cuda"]
+    assert set(cuda) >= {"compiled", "available", "detail"}
+    assert isinstance(cuda["detail"], str)
+    if not cuda["compiled"]:
+        assert not cuda["available"]
+
+
+def test_best_isa_is_default():
+    info = fastln.runtime_info()
+    assert info["isa"] == info["best_isa"]
+    if "avx2" in info["isas"]:
+        assert info["best_isa"] == "avx2"
+
+
+@pytest.mark.parametrize("name", ["scalar", "avx2", "neon"])
+def test_env_forces_isa(name):
+    r = _run("import fastln; print(fastln.get_isa())", FASTLN_ISA=name)
+    if name in ISAS:
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.strip() == name
+    else:
+        # Known but not runnable here: the import fails and says which ISA.
+        assert r.returncode != 0
+        assert "ImportError" in r.stderr and repr(name) in r.stderr
+
+
+def test_env_unknown_isa_fails_loudly():
+    r = _run("import fastln", FASTLN_ISA="sse9")
+    assert r.returncode != 0
+    assert "ImportError" in r.stderr and "'sse9'" in r.stderr and "known" in r.stderr
+
+
+def test_set_isa_roundtrip():
+    best = fastln.get_isa()
+    for name in ISAS:
+        fastln.set_isa(name)
+        assert fastln.get_isa() == name
+    fastln.set_isa(None)
+    assert fastln.get_isa() == best
+
+
+BITWISE = """
+import hashlib, numpy as np, fastln
+rng = np.random.default_rng(7)
+h = hashlib.sha256()
+for isa in fastln.runtime_info()["isas"]:
+    fastln.set_isa(isa)
+    for shape in [(257, 1000), (4096, 64), (3, 50000)]:
+        for dt in (np.float32, np.float64):
+            x = (1e3 + rng.standard_normal(shape)).astype(dt)
+            y, m, r = fastln.layer_norm(x, return_stats=True)
+            h.update(y.tobytes()); h.update(m.tobytes()); h.update(r.tobytes())
+print(fastln.get_num_threads(), h.hexdigest())
+"""
+
+
+def test_bitwise_identical_across_thread_counts():
+    out = {}
+    for n in ("1", "2", "7"):
+        r = _run(BITWISE, OMP_NUM_THREADS=n)
+        assert r.returncode == 0, r.stderr
+        threads, digest = r.stdout.split()
+        if fastln.runtime_info()["openmp"]:
+            assert threads == n
+        out[n] = digest
+    assert len(set(out.values())) == 1, out
+
+
+def test_set_num_threads():
+    before = fastln.get_num_threads()
+    try:
+        fastln.set_num_threads(3)
+        assert fastln.get_num_threads() == (3 if fastln.runtime_info()["openmp"] else 1)
+    finally:
+        fastln.set_num_threads(0)
+    assert fastln.get_num_threads() == before
+
+
+def test_threadpoolctl_sees_and_limits_the_pool():
+    pytest.importorskip("threadpoolctl")
+    if not fastln.runtime_info()["openmp"]:
+        pytest.skip("built without OpenMP")
+    r = _run(
+        """
+        import json, fastln
+        from threadpoolctl import threadpool_info, threadpool_limits
+        libs = [i for i in threadpool_info() if i["user_api"] == "openmp"]
+        with threadpool_limits(limits=1, user_api="openmp"):
+            inside = fastln.get_num_threads()
+        print(json.dumps({"openmp_libs": len(libs), "inside": inside, "after": fastln.get_num_threads()}))
+        """,
+        OMP_NUM_THREADS="2",
+    )
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert res["openmp_libs"] >= 1
+    assert res["inside"] == 1
+    assert res["after"] == 2
+
+
+def test_gil_released_and_thread_safe(rng):
+    # Several Python threads calling at once must each get the right answer.
+    xs = [(i + rng.standard_normal((64, 512))).astype(np.float32) for i in range(4)]
+    expected = [fastln.layer_norm(x) for x in xs]
+    results = [None] * 4
+
+    def work(i):
+        for _ in range(20):
+            results[i] = fastln.layer_norm(xs[i])
+
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    for r, e in zip(results, expected):
+        np.testing.assert_array_equal(r, e)
+
+
+def test_forked_child_does_not_hang():
+    # libgomp hangs in a child forked after the parent ran a parallel region; fastln's child runs
+    # single-threaded instead (multiprocessing's fork start method depends on this).
+    if not hasattr(os, "fork"):
+        pytest.skip("no fork")
+    code = """
+    import os, numpy as np, fastln
+    fastln.set_num_threads(2)
+    x = np.random.default_rng(0).standard_normal((4096, 1024)).astype(np.float32)
+    y = fastln.layer_norm(x)
+    pid = os.fork()
+    if pid == 0:
+        ok = np.array_equal(fastln.layer_norm(x), y) and fastln.get_num_threads() == 1
+        os._exit(0 if ok else 3)
+    _, status = os.waitpid(pid, 0)
+    print(os.waitstatus_to_exitcode(status))
+    """
+    e = dict(os.environ, OMP_NUM_THREADS="2")
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                       text=True, env=e, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "0"
