@@ -168,7 +168,7 @@ class _Cupy:
     name = "cupy"
 
     def __init__(self):
-        import cupy
+        import cupy  # type: ignore[import-not-found]
 
         self.cp = cupy
         self.codes = {np.dtype(np.float32): 0, np.dtype(np.float16): 1}
@@ -263,7 +263,7 @@ def _lib_of(a, what: str):
 def _back(orig, out):
     """Outputs for numba inputs go back as numba arrays (zero copy)."""
     if type(orig).__module__.split(".")[0] == "numba" and out is not None:
-        from numba import cuda as nb_cuda
+        from numba import cuda as nb_cuda  # type: ignore[import-not-found]
 
         return nb_cuda.as_cuda_array(out)
     return out
