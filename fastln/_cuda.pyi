@@ -1,13 +1,11 @@
 # Type stubs for the Cython extension fastln._cuda (see _cuda.pyx). Addresses are plain ints.
-from typing import Tuple
-
 F32: int
 F16: int
 BF16: int
 
 class CudaError(RuntimeError): ...
 
-def device_count() -> Tuple[int, str]: ...
+def device_count() -> tuple[int, str]: ...
 def runtime_version() -> int: ...
 def layer_norm(dtype: int, x: int, ldx: int, r: int, ldr: int, y: int, ldy: int, h: int, ldh: int,
                w: int, b: int, mean: int, rstd: int, rows: int, cols: int, eps: float, device: int,

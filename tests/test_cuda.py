@@ -176,7 +176,7 @@ def test_setup_fastln_cuda_auto_without_nvcc_builds_the_cpu_path():
 def test_setup_fastln_cuda_1_requires_nvcc():
     env = {"FASTLN_CUDA": "1", "PATH": os.path.dirname(sys.executable), "CUDA_HOME": "",
            "CUDA_PATH": ""}
-    rc, names, out = _setup_extensions(env)
+    rc, _, out = _setup_extensions(env)
     assert rc != 0 and "nvcc was not found" in out
 
 
@@ -323,9 +323,9 @@ def test_sim_forward_results_and_conventions(sim):
     b = torch.randn(16, generator=g)
     y = fastln.layer_norm(x, w, b)
     assert isinstance(y, torch.Tensor) and y.dtype == torch.float32 and y.shape == x.shape
-    want, mean, rstd = ref_forward(x.reshape(15, 16).numpy(), w.numpy(), b.numpy())
+    want, mean, _ = ref_forward(x.reshape(15, 16).numpy(), w.numpy(), b.numpy())
     np.testing.assert_allclose(y.reshape(15, 16).numpy(), want, rtol=1e-5, atol=1e-5)
-    y2, m2, r2 = _cuda_api.layer_norm(x, w, b, return_stats=True)
+    _, m2, r2 = _cuda_api.layer_norm(x, w, b, return_stats=True)
     assert m2.shape == (3, 5) and r2.dtype == torch.float32
     np.testing.assert_allclose(m2.reshape(-1).numpy(), mean, rtol=1e-6)
     # axis=1 normalizes the last two axes together
@@ -377,7 +377,7 @@ def test_sim_strides_inplace_and_aliasing(sim):
 def test_sim_float16_and_zero_rows(sim):
     torch = sim.torch
     x = torch.randn(4, 24).to(torch.float16)
-    y, mean, rstd = _cuda_api.layer_norm(x, return_stats=True)
+    y, mean, _ = _cuda_api.layer_norm(x, return_stats=True)
     assert y.dtype == torch.float16 and mean.dtype == torch.float32
     empty = torch.empty(0, 8)
     assert fastln.layer_norm(empty).shape == (0, 8)
@@ -544,7 +544,7 @@ def test_gpu_fused_residual_inplace_and_strides(dtype):
     _close(y, ref_forward(h_want.double().cpu().numpy())[0], dtype, "residual")
     # h written over the residual, y over x
     x2, r2 = x.clone(), r.clone()
-    y2, h2 = _cuda_api.layer_norm(x2, residual=r2, out=x2, residual_out=r2)
+    y2, _ = _cuda_api.layer_norm(x2, residual=r2, out=x2, residual_out=r2)
     assert y2.data_ptr() == x2.data_ptr() and torch.equal(r2, h_want) and torch.equal(y2, y)
     # a row-strided view and a transposed one
     big = _gpu(torch, rng.standard_normal((64, 1500)), dtype)
