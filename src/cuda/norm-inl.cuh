@@ -20,9 +20,14 @@
 // thread's own read, so y/h may be x or the residual, and dx may be dy, x or dresidual. The pivot
 // (the row's first element) is broadcast from registers, never re-read from memory.
 
+// tests/cuda_emu/ compiles this file as host C++ with FASTLN_CUDA_EMULATE defined, after defining
+// the few device builtins used here (threads, barriers, shuffles, launches), so that the kernels'
+// logic is tested on machines without a GPU.
+#ifndef FASTLN_CUDA_EMULATE
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#endif
 
 #include <initializer_list>
 #include <utility>
@@ -115,6 +120,14 @@ __device__ __forceinline__ void AccAdd(float *acc, const float (&v)[VEC]) {
     for (int k = 0; k < VEC; ++k) acc[k] += v[k];
   }
 }
+
+// The block's dynamic shared memory, 16-byte aligned.
+#ifndef FASTLN_CUDA_EMULATE
+__device__ __forceinline__ float *DynamicSmem() {
+  extern __shared__ float4 dynamic_smem[];
+  return reinterpret_cast<float *>(dynamic_smem);
+}
+#endif
 
 // ---- reductions over the TPR threads of a row ---------------------------------------------------
 
@@ -369,8 +382,7 @@ __global__ void __launch_bounds__(BLOCK) BwdRegKernel(BwdArgs a) {
   constexpr int kWarps = TPR > 32 ? TPR / 32 : 1;
   constexpr int kSpan = TPR * ITEMS * VEC;
   __shared__ float red[RPB * kWarps * 2];
-  extern __shared__ float4 acc_raw[];
-  float *accw = reinterpret_cast<float *>(acc_raw);
+  float *accw = DynamicSmem();
   float *accb = accw + RPB * kSpan;
   const int group = threadIdx.x / TPR, t = threadIdx.x % TPR;
   const T *DY = static_cast<const T *>(a.dy);
@@ -544,8 +556,16 @@ __global__ void __launch_bounds__(BLOCK) BwdLoopKernel(BwdArgs a) {
 
 // out0[c] = sum over p of partial[0][p][c], out1 likewise from partial[1]; in a fixed order: each
 // of 8 slices sums every 8th part, then the slices are added in order.
-__global__ void __launch_bounds__(256) ColumnSumKernel(const float *partial, int64_t nparts,
-                                                       int64_t cols, float *out0, float *out1) {
+struct ColumnSumArgs {
+  const float *partial;
+  int64_t nparts, cols;
+  float *out0, *out1;
+};
+
+__global__ void __launch_bounds__(256) ColumnSumKernel(ColumnSumArgs a) {
+  const float *partial = a.partial;
+  const int64_t nparts = a.nparts, cols = a.cols;
+  float *out0 = a.out0, *out1 = a.out1;
   __shared__ float sm[8][33];
   const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
   const int64_t c = int64_t(blockIdx.x) * 32 + tx;
@@ -589,12 +609,36 @@ constexpr int BwdItems() {
   return VEC == 1 ? kFallbackItems : kBwdCap / VEC;
 }
 
+// Launches kernel K with one argument struct; the emulator's build replaces cudaLaunchKernel.
+template <class A, void (*K)(A)>
+cudaError_t Launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, const void *args) {
+  A copy = *static_cast<const A *>(args);
+#ifdef FASTLN_CUDA_EMULATE
+  return EmulateLaunch(K, grid, block, smem, copy);
+#else
+  void *argv[] = {&copy};
+  return cudaLaunchKernel(reinterpret_cast<const void *>(K), grid, block, argv, smem, stream);
+#endif
+}
+
 struct Plan {
-  const void *kernel = nullptr;
+  const void *kernel = nullptr;  // for the occupancy query
+  cudaError_t (*launch)(dim3, dim3, size_t, cudaStream_t, const void *) = nullptr;
   int block = 0;
   int rows_per_block = 1;
   size_t smem = 0;
 };
+
+template <class A, void (*K)(A)>
+Plan MakePlan(int block, int rows_per_block, size_t smem) {
+  Plan p;
+  p.kernel = reinterpret_cast<const void *>(K);
+  p.launch = &Launch<A, K>;
+  p.block = block;
+  p.rows_per_block = rows_per_block;
+  p.smem = smem;
+  return p;
+}
 
 constexpr int FwdBlock(int tpr) { return tpr < 128 ? 128 : tpr; }
 // Larger blocks for the backward's short rows: more rows share one block's partial sums, so the
@@ -619,11 +663,8 @@ Plan FwdRegPlan(int tpr) {
   } else {
     if (tpr != TPR) return FwdRegPlan<T, VEC, TPR * 2>(tpr);
     constexpr int kBlock = FwdBlock(TPR);
-    Plan p;
-    p.kernel = reinterpret_cast<const void *>(&FwdRegKernel<T, VEC, TPR, FwdItems<VEC>(), kBlock>);
-    p.block = kBlock;
-    p.rows_per_block = kBlock / TPR;
-    return p;
+    return MakePlan<FwdArgs, FwdRegKernel<T, VEC, TPR, FwdItems<VEC>(), kBlock>>(
+        kBlock, kBlock / TPR, 0);
   }
 }
 
@@ -636,12 +677,8 @@ Plan BwdRegPlan(int tpr) {
   } else {
     if (tpr != TPR) return BwdRegPlan<T, VEC, TPR * 2>(tpr);
     constexpr int kBlock = BwdBlock(TPR);
-    Plan p;
-    p.kernel = reinterpret_cast<const void *>(&BwdRegKernel<T, VEC, TPR, BwdItems<VEC>(), kBlock>);
-    p.block = kBlock;
-    p.rows_per_block = kBlock / TPR;
-    p.smem = size_t(2) * kBlock * BwdItems<VEC>() * VEC * sizeof(float);
-    return p;
+    return MakePlan<BwdArgs, BwdRegKernel<T, VEC, TPR, BwdItems<VEC>(), kBlock>>(
+        kBlock, kBlock / TPR, size_t(2) * kBlock * BwdItems<VEC>() * VEC * sizeof(float));
   }
 }
 
@@ -678,12 +715,11 @@ Plan ForwardPlan(const FwdArgs &a) {
   if (vec) {
     const int tpr = TprFor<VEC>(a.cols, FwdItems<VEC>());
     if (tpr) return FwdRegPlan<T, VEC>(tpr);
-    Plan p{reinterpret_cast<const void *>(&FwdLoopKernel<T, VEC, kLoopBlock>), kLoopBlock, 1, 0};
-    return p;
+    return MakePlan<FwdArgs, FwdLoopKernel<T, VEC, kLoopBlock>>(kLoopBlock, 1, 0);
   }
   const int tpr = TprFor<1>(a.cols, FwdItems<1>());
   if (tpr) return FwdRegPlan<T, 1>(tpr);
-  return Plan{reinterpret_cast<const void *>(&FwdLoopKernel<T, 1, kLoopBlock>), kLoopBlock, 1, 0};
+  return MakePlan<FwdArgs, FwdLoopKernel<T, 1, kLoopBlock>>(kLoopBlock, 1, 0);
 }
 
 template <class T>
@@ -707,10 +743,8 @@ cudaError_t BackwardPlan(const BwdArgs &a, int device, Plan *out) {
     }
   }
   if (!p.kernel) {
-    p = vec ? Plan{reinterpret_cast<const void *>(&BwdLoopKernel<T, VEC, kLoopBlock>), kLoopBlock,
-                   1, 0}
-            : Plan{reinterpret_cast<const void *>(&BwdLoopKernel<T, 1, kLoopBlock>), kLoopBlock,
-                   1, 0};
+    p = vec ? MakePlan<BwdArgs, BwdLoopKernel<T, VEC, kLoopBlock>>(kLoopBlock, 1, 0)
+            : MakePlan<BwdArgs, BwdLoopKernel<T, 1, kLoopBlock>>(kLoopBlock, 1, 0);
   }
   *out = p;
   return cudaSuccess;
@@ -735,9 +769,8 @@ inline cudaError_t GridFor(const Plan &p, int64_t rows, int device, int cap, int
 
 constexpr int kBwdBlocksPerSm = 2;
 
-inline cudaError_t LaunchPlan(const Plan &p, int grid, void *args, cudaStream_t stream) {
-  void *argv[] = {args};
-  return cudaLaunchKernel(p.kernel, dim3(grid), dim3(p.block), argv, p.smem, stream);
+inline cudaError_t LaunchPlan(const Plan &p, int grid, const void *args, cudaStream_t stream) {
+  return p.launch(dim3(grid), dim3(p.block), p.smem, stream, args);
 }
 
 }  // namespace
@@ -782,9 +815,9 @@ cudaError_t Backward(const BwdArgs &a, int device, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   e = LaunchPlan(p, grid, &copy, stream);
   if (e != cudaSuccess || !partial) return e;
-  const int blocks = int(CeilDiv(a.cols, 32));
-  ColumnSumKernel<<<blocks, 256, 0, stream>>>(copy.partial, grid, a.cols, a.dw, a.db);
-  return cudaGetLastError();
+  const ColumnSumArgs sum{copy.partial, grid, a.cols, a.dw, a.db};
+  return Launch<ColumnSumArgs, ColumnSumKernel>(dim3(unsigned(CeilDiv(a.cols, 32))), dim3(256), 0,
+                                                stream, &sum);
 }
 
 }  // namespace fastln_cuda

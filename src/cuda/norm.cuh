@@ -3,7 +3,9 @@
 #ifndef FASTLN_CUDA_NORM_CUH_
 #define FASTLN_CUDA_NORM_CUH_
 
+#ifndef FASTLN_CUDA_EMULATE
 #include <cuda_runtime.h>
+#endif
 #include <stddef.h>
 #include <stdint.h>
 
