@@ -224,6 +224,41 @@ def test_cuda_sources_compile(tmp_path):
             assert "warning" not in log.lower(), f"{src}:\n{log}"
 
 
+def _cuda_include():
+    nvcc = _nvcc()
+    homes = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
+    if nvcc:
+        homes.insert(0, os.path.dirname(os.path.dirname(os.path.realpath(nvcc))))
+        r = subprocess.run([nvcc, "--dryrun", "-c", "-x", "cu", os.devnull, "-o", os.devnull],
+                           capture_output=True, text=True, check=False)
+        for line in (r.stdout + r.stderr).splitlines():
+            if line.startswith("#$ _HERE_="):
+                homes.insert(0, os.path.dirname(line.split("=", 1)[1].strip()))
+    for home in homes:
+        if home and os.path.isfile(os.path.join(home, "include", "cuda_fp16.h")):
+            return os.path.join(home, "include")
+    return None
+
+
+@pytest.mark.skipif(shutil.which("g++") is None or _cuda_include() is None,
+                    reason="needs g++ and the CUDA headers")
+def test_kernels_on_an_emulated_gpu(tmp_path):
+    """The CUDA kernels' own source, compiled as host C++ with the device builtins emulated
+    (tests/cuda_emu/emu.cpp), against a float64 reference: every tier of threads per row, the
+    unaligned fallback, the long-row loop kernels, fused residual, in place, backward."""
+    exe = str(tmp_path / "emu")
+    build = subprocess.run(
+        ["g++", "-std=c++20", "-O1", "-I" + os.path.join(ROOT, "include"),
+         "-I" + os.path.join(ROOT, "src", "cuda"), "-I" + _cuda_include(),
+         os.path.join(ROOT, "tests", "cuda_emu", "emu.cpp"), "-o", exe],
+        capture_output=True, text=True, check=False, timeout=600,
+    )
+    assert build.returncode == 0, build.stdout + build.stderr
+    run = subprocess.run([exe], capture_output=True, text=True, check=False, timeout=600)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert " 0 failures" in run.stdout
+
+
 # ---- the Python plumbing on a simulated device ---------------------------------------------------------
 
 _SIM_DTYPES = {0: np.float32, 1: np.float16}

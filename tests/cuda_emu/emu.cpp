@@ -1,7 +1,7 @@
 // The CUDA kernels of src/cuda/norm-inl.cuh, run on the CPU.
 //
 // This file defines the few device builtins the kernels use (threadIdx and friends, __syncthreads,
-// warp shuffles, shared and dynamic shared memory, the launch) over std::thread and std::barrier:
+// warp shuffles, shared and dynamic shared memory, the launch) over coroutines (ucontext):
 // every CUDA thread of a block is a host thread, blocks run one after another. It then includes
 // the kernels unchanged and checks every path (each tier of threads per row, the unaligned
 // fallback, the loop kernels for long rows, the fused residual, in-place, backward with its
@@ -14,7 +14,8 @@
 #include <driver_types.h>
 #include <vector_types.h>
 
-#include <barrier>
+#include <ucontext.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -22,7 +23,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
-#include <thread>
+#include <type_traits>
 #include <vector>
 
 #undef __global__
@@ -37,37 +38,144 @@
 // Blocks run one at a time, so a function-static array is the block's shared memory.
 #define __shared__ static
 
-thread_local dim3 threadIdx, blockIdx;
-dim3 gridDim, blockDim;
+dim3 threadIdx, blockIdx, gridDim, blockDim;
 
+// The threads of a block are coroutines (ucontext) on one OS thread. Each runs until its next
+// synchronization point and yields: a warp exchange (the scheduler runs every thread once per
+// sweep, so all lanes of a warp reach it in the same sweep) or __syncthreads (released only once
+// every live thread of the block waits there; a thread that ends while others wait is an error,
+// as on the GPU).
 namespace emu {
-std::barrier<> *block_barrier = nullptr;
-struct Warp {
-  std::barrier<> bar{32};
-  float slot[32];
-};
-std::vector<std::unique_ptr<Warp>> warps;
-float *dynamic_smem = nullptr;
 
-inline float Exchange(float v, int src) {
-  Warp &w = *warps[threadIdx.x / 32];
-  w.slot[threadIdx.x % 32] = v;
-  w.bar.arrive_and_wait();
-  const float r = w.slot[src];
-  w.bar.arrive_and_wait();
+// Switching coroutines: on x86-64 a few instructions (callee-saved registers and the stack
+// pointer); elsewhere ucontext, which costs a system call per switch (the signal mask).
+#if defined(__x86_64__)
+extern "C" void emu_switch(void **save_sp, void *load_sp);
+asm(R"(
+.text
+.globl emu_switch
+.type emu_switch,@function
+emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+.size emu_switch, .-emu_switch
+.section .note.GNU-stack,"",@progbits
+.text
+)");
+struct Context {
+  void *sp = nullptr;
+};
+inline void Switch(Context *from, Context *to) { emu_switch(&from->sp, to->sp); }
+inline void Start(Context *c, std::vector<char> &stack, void (*fn)()) {
+  uintptr_t top = (uintptr_t(stack.data()) + stack.size()) & ~uintptr_t(15);
+  void **sp = reinterpret_cast<void **>(top);
+  *--sp = nullptr;                         // fn's return address: fn never returns
+  *--sp = reinterpret_cast<void *>(fn);    // where emu_switch's ret goes
+  for (int i = 0; i < 6; ++i) *--sp = nullptr;  // rbp rbx r12-r15
+  c->sp = sp;
+}
+#else
+struct Context {
+  ucontext_t uc;
+};
+inline void Switch(Context *from, Context *to) { swapcontext(&from->uc, &to->uc); }
+inline void Start(Context *c, std::vector<char> &stack, void (*fn)()) {
+  getcontext(&c->uc);
+  c->uc.uc_stack.ss_sp = stack.data();
+  c->uc.uc_stack.ss_size = stack.size();
+  c->uc.uc_link = nullptr;
+  makecontext(&c->uc, fn, 0);
+}
+#endif
+
+enum State { kRunnable, kAtBarrier, kDone };
+struct Thread {
+  Context ctx;
+  std::vector<char> stack;
+  State state = kRunnable;
+};
+Context scheduler;
+std::vector<Thread> threads;
+unsigned current = 0;
+float slots[1024];
+float *dynamic_smem = nullptr;
+bool diverged = false;
+
+inline void Yield(State s) {
+  threads[current].state = s;
+  Switch(&threads[current].ctx, &scheduler);
+}
+
+inline float Exchange(float v, unsigned src_lane) {
+  const unsigned base = threadIdx.x / 32 * 32;
+  slots[threadIdx.x] = v;
+  Yield(kRunnable);  // every lane has written
+  const float r = slots[base + src_lane];
+  Yield(kRunnable);  // every lane has read
   return r;
+}
+
+void (*entry)(const void *) = nullptr;
+const void *entry_args = nullptr;
+
+void Trampoline() {
+  entry(entry_args);
+  Yield(kDone);  // never resumed
+  std::abort();
+}
+
+// Runs one block of `n` threads to completion.
+bool RunBlock(unsigned n) {
+  if (threads.size() < 1024) {  // once: stacks are reused by every block
+    threads.resize(1024);
+    for (auto &th : threads) th.stack.resize(128 * 1024);
+  }
+  for (unsigned t = 0; t < n; ++t) {
+    threads[t].state = kRunnable;
+    Start(&threads[t].ctx, threads[t].stack, Trampoline);
+  }
+  for (;;) {
+    unsigned runnable = 0, done = 0;
+    for (unsigned t = 0; t < n; ++t) {
+      if (threads[t].state != kRunnable) continue;
+      current = t;
+      threadIdx = dim3(t);
+      Switch(&scheduler, &threads[t].ctx);
+    }
+    for (unsigned t = 0; t < n; ++t) {
+      runnable += threads[t].state == kRunnable;
+      done += threads[t].state == kDone;
+    }
+    if (done == n) return true;
+    if (runnable == 0) {
+      if (done > 0) return false;  // __syncthreads that not every thread reaches
+      for (unsigned t = 0; t < n; ++t) threads[t].state = kRunnable;
+    }
+  }
 }
 }  // namespace emu
 
-inline void __syncthreads() { emu::block_barrier->arrive_and_wait(); }
+inline void __syncthreads() { emu::Yield(emu::kAtBarrier); }
 inline float __shfl_xor_sync(unsigned, float v, int o, int width = 32) {
-  const int lane = int(threadIdx.x % 32);
-  const int src = lane ^ o;
+  const unsigned lane = threadIdx.x % 32, src = lane ^ unsigned(o);
   return emu::Exchange(v, (src / width == lane / width) ? src : lane);
 }
 inline float __shfl_sync(unsigned, float v, int src, int width = 32) {
-  const int lane = int(threadIdx.x % 32);
-  return emu::Exchange(v, lane / width * width + src % width);
+  const unsigned lane = threadIdx.x % 32;
+  return emu::Exchange(v, lane / width * width + unsigned(src) % width);
 }
 inline float *DynamicSmem() { return emu::dynamic_smem; }
 
@@ -76,24 +184,19 @@ cudaError_t EmulateLaunch(void (*kernel)(A), dim3 grid, dim3 block, size_t smem,
   if (block.x % 32 || block.x > 1024 || grid.x < 1) return cudaErrorInvalidValue;
   gridDim = grid;
   blockDim = block;
+  static void (*k)(A);
+  k = kernel;
+  emu::entry = [](const void *p) { k(*static_cast<const A *>(p)); };
+  emu::entry_args = &args;
   for (unsigned b = 0; b < grid.x; ++b) {
     // Fresh garbage in shared memory for every block: a read before a write shows up as NaN.
     std::vector<float> dyn(smem / sizeof(float) + 4, std::nanf(""));
     emu::dynamic_smem = dyn.data();
-    std::barrier<> bar(block.x);
-    emu::block_barrier = &bar;
-    emu::warps.clear();
-    for (unsigned w = 0; w < block.x / 32; ++w) emu::warps.push_back(std::make_unique<emu::Warp>());
-    std::vector<std::thread> threads;
-    threads.reserve(block.x);
-    for (unsigned t = 0; t < block.x; ++t) {
-      threads.emplace_back([&, t, b] {
-        threadIdx = dim3(t);
-        blockIdx = dim3(b);
-        kernel(args);
-      });
+    blockIdx = dim3(b);
+    if (!emu::RunBlock(block.x)) {
+      emu::diverged = true;
+      return cudaErrorInvalidValue;
     }
-    for (auto &th : threads) th.join();
   }
   return cudaSuccess;
 }
@@ -314,11 +417,13 @@ void CheckType(std::mt19937_64 &gen, bool quick) {
       {false, true, true, true, false, 3, 0.0, "layer_norm+residual unaligned, ld=cols+3"},
       {false, false, true, false, true, 0, 1e6, "layer_norm in place at offset 1e6"},
   };
-  const int64_t lengths[] = {1, 3, 7, 8, 9, 15, 16, 17, 31, 33, 64, 100, 768, 1000, 4097, 20000,
-                             40000};
+  // Every tier: threads per row 1..1024 forward (32 elements each) and backward (16 each), the
+  // unaligned fallback's two tiers (8 each), and the loop kernels past them.
+  const int64_t lengths[] = {1,   3,    7,    8,    9,    15,   16,    17,    31,   33,
+                             64,  100,  768,  1000, 2048, 4097, 16384, 20000, 40000};
   for (const int64_t cols : lengths) {
     if (quick && cols > 4097) continue;
-    const int64_t rows = cols >= 4097 ? 4 : cols >= 768 ? 9 : 37;
+    const int64_t rows = cols >= 16384 ? 3 : cols >= 2048 ? 4 : cols >= 768 ? 9 : 37;
     for (const Variant &v : variants) {
       // 1e6 is past float16's range and bfloat16 cannot resolve unit steps there
       if (v.offset != 0 && !std::is_same_v<T, float>) continue;
