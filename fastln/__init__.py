@@ -162,7 +162,8 @@ def layer_norm(
     2.5
     """
     if _cuda_api.on_gpu(x, weight, bias):
-        return _cuda_api.layer_norm(x, weight, bias, eps, axis=axis, out=out, return_stats=return_stats)
+        return _cuda_api.layer_norm(x, weight, bias, eps, axis=axis, out=out,
+                                    return_stats=return_stats)
     x = as_float_array(x, "x")
     ndim = x.ndim
     if ndim == 0:

@@ -91,12 +91,13 @@ def is_gpu_array(a) -> bool:
     return False
 
 
+_NDARRAY = np.ndarray
+
+
 def on_gpu(*arrays) -> bool:
     """Whether any argument is a GPU array: the public ops' one-line hook. Cheap for NumPy."""
     for a in arrays:
-        if a is None or type(a) is np.ndarray:
-            continue
-        if is_gpu_array(a):
+        if a is not None and type(a) is not _NDARRAY and is_gpu_array(a):
             return True
     return False
 
