@@ -140,7 +140,7 @@ def make_point(op, rows, cols, dt, copies):
 
 
 def fastln_rms(x, w):
-    return fastln.rms_norm(x, w) if hasattr(fastln, "rms_norm") else _cuda_api.rms_norm(x, w)
+    return _cuda_api.rms_norm(x, w)
 
 
 def main():
