@@ -447,8 +447,9 @@ def _forward(rms, x, weight, bias, eps, axis, out, return_stats, residual, resid
         raise ValueError("residual_out is given without residual")
     y = call.out(out, "out", shape, code)
     h = call.out(residual_out, "residual_out", shape, code) if r is not None else None
-    mean = None if rms else (call.lib.zeros_f32(stat_shape, x) if return_stats else None)
-    rstd = call.lib.zeros_f32(stat_shape, x) if return_stats else None
+    # float32 statistics (code 0), every row written by the kernel
+    mean = call.lib.empty(stat_shape, 0, x) if return_stats and not rms else None
+    rstd = call.lib.empty(stat_shape, 0, x) if return_stats else None
 
     if rows > 0:
         x2, ldx = call.rows(x, rows, cols)
