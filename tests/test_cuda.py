@@ -130,6 +130,42 @@ def test_gpu_array_without_gpu_raises_clearly():
     assert y.dtype == np.float32 and abs(float(y.mean())) < 1e-6
 
 
+@pytest.mark.skipif(not CUDA["compiled"], reason="the CUDA extension is not built")
+def test_c_api_checks_arguments_before_any_cuda_call():
+    from fastln import _cuda
+
+    fake = 1 << 20  # never dereferenced: every call below fails its checks first
+    #            dtype x     ldx r  ldr y     ldy h  ldh w  b  m  s  rows cols eps   dev stream
+    good = [0, fake, 8, 0, 0, fake, 8, 0, 0, 0, 0, 0, 0, 4, 8, 1e-5, 0, 0]
+    with pytest.raises(RuntimeError, match="NULL"):
+        _cuda.layer_norm(*good[:1], 0, *good[2:])
+    bad_shape = list(good)
+    bad_shape[14] = 0  # cols
+    with pytest.raises(ValueError, match="bad shape"):
+        _cuda.layer_norm(*bad_shape)
+    bad_ld = list(good)
+    bad_ld[2] = 7  # ldx < cols
+    with pytest.raises(ValueError, match="bad shape"):
+        _cuda.layer_norm(*bad_ld)
+    bad_eps = list(good)
+    bad_eps[15] = -1.0
+    with pytest.raises(ValueError, match="eps"):
+        _cuda.layer_norm(*bad_eps)
+    bad_dtype = list(good)
+    bad_dtype[0] = 7
+    with pytest.raises(RuntimeError, match="invalid argument"):
+        _cuda.layer_norm(*bad_dtype)
+    no_rows = list(good)
+    no_rows[13] = 0
+    _cuda.layer_norm(*no_rows)  # nothing to do, no CUDA call
+    with pytest.raises(RuntimeError, match="workspace"):  # dweight wanted, no workspace
+        _cuda.layer_norm_backward(0, fake, 8, fake, 8, fake, fake, 0, 0, 0, fake, 8, fake, 0, 0,
+                                  0, 4, 8, 0, 0)
+    if not CUDA["available"]:
+        with pytest.raises(_cuda.CudaError):
+            _cuda.layer_norm(*good)
+
+
 @pytest.mark.skipif(not CUDA["available"], reason="needs a GPU")
 def test_unknown_gpu_array_kind_is_a_type_error():
     with pytest.raises(TypeError, match="CuPy arrays and torch CUDA tensors"):
