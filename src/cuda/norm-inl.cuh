@@ -184,6 +184,26 @@ __device__ __forceinline__ void BlockSum(float (&s)[N], float *red) {
 
 // ---- forward ---------------------------------------------------------------------------------------
 
+// The arguments' arrays as T.
+template <class T>
+struct FwdArrays {
+  const T *x, *r;
+  T *y, *h;
+  __device__ explicit FwdArrays(const FwdArgs &a)
+      : x(static_cast<const T *>(a.x)), r(static_cast<const T *>(a.r)),
+        y(static_cast<T *>(a.y)), h(static_cast<T *>(a.h)) {}
+};
+
+template <class T>
+struct BwdArrays {
+  const T *dy, *x, *dr;
+  T *dx;
+  __device__ explicit BwdArrays(const BwdArgs &a)
+      : dy(static_cast<const T *>(a.dy)), x(static_cast<const T *>(a.x)),
+        dr(static_cast<const T *>(a.dres)), dx(static_cast<T *>(a.dx)) {}
+};
+
+
 template <class T, int VEC, int TPR, int ITEMS, int BLOCK>
 __global__ void __launch_bounds__(BLOCK) FwdRegKernel(FwdArgs a) {
   constexpr int RPB = BLOCK / TPR;
@@ -191,10 +211,9 @@ __global__ void __launch_bounds__(BLOCK) FwdRegKernel(FwdArgs a) {
   __shared__ float red[RPB * kWarps * 1];
   __shared__ float piv[RPB];
   const int group = threadIdx.x / TPR, t = threadIdx.x % TPR;
-  const T *X = static_cast<const T *>(a.x);
-  const T *R = static_cast<const T *>(a.r);
-  T *Y = static_cast<T *>(a.y);
-  T *H = static_cast<T *>(a.h);
+  const FwdArrays<T> arr(a);
+  const T *X = arr.x, *R = arr.r;
+  T *Y = arr.y, *H = arr.h;
   const int64_t cols = a.cols;
   const float n = float(cols);
 
@@ -291,10 +310,9 @@ __global__ void __launch_bounds__(BLOCK) FwdRegKernel(FwdArgs a) {
 template <class T, int VEC, int BLOCK>
 __global__ void __launch_bounds__(BLOCK) FwdLoopKernel(FwdArgs a) {
   __shared__ float red[BLOCK / 32 * 1];
-  const T *X = static_cast<const T *>(a.x);
-  const T *R = static_cast<const T *>(a.r);
-  T *Y = static_cast<T *>(a.y);
-  T *H = static_cast<T *>(a.h);
+  const FwdArrays<T> arr(a);
+  const T *X = arr.x, *R = arr.r;
+  T *Y = arr.y, *H = arr.h;
   const int64_t cols = a.cols;
   const float n = float(cols);
   const int64_t step = int64_t(BLOCK) * VEC;
@@ -385,10 +403,9 @@ __global__ void __launch_bounds__(BLOCK) BwdRegKernel(BwdArgs a) {
   float *accw = DynamicSmem();
   float *accb = accw + RPB * kSpan;
   const int group = threadIdx.x / TPR, t = threadIdx.x % TPR;
-  const T *DY = static_cast<const T *>(a.dy);
-  const T *X = static_cast<const T *>(a.x);
-  const T *DR = static_cast<const T *>(a.dres);
-  T *DX = static_cast<T *>(a.dx);
+  const BwdArrays<T> arr(a);
+  const T *DY = arr.dy, *X = arr.x, *DR = arr.dr;
+  T *DX = arr.dx;
   const int64_t cols = a.cols;
   const float n = float(cols);
   const bool partial = a.partial != nullptr;
@@ -487,10 +504,9 @@ __global__ void __launch_bounds__(BLOCK) BwdRegKernel(BwdArgs a) {
 template <class T, int VEC, int BLOCK>
 __global__ void __launch_bounds__(BLOCK) BwdLoopKernel(BwdArgs a) {
   __shared__ float red[BLOCK / 32 * 2];
-  const T *DY = static_cast<const T *>(a.dy);
-  const T *X = static_cast<const T *>(a.x);
-  const T *DR = static_cast<const T *>(a.dres);
-  T *DX = static_cast<T *>(a.dx);
+  const BwdArrays<T> arr(a);
+  const T *DY = arr.dy, *X = arr.x, *DR = arr.dr;
+  T *DX = arr.dx;
   const int64_t cols = a.cols;
   const float n = float(cols);
   const int64_t step = int64_t(BLOCK) * VEC;
@@ -653,32 +669,38 @@ inline int NextPow2(int64_t v) {
   return p;
 }
 
-template <class T, int VEC, int TPR = 1>
-Plan FwdRegPlan(int tpr) {
-  if constexpr (TPR > kMaxTpr) {
-    return Plan{};
-  } else if constexpr (VEC == 1 && TPR != 32 && TPR != kMaxTpr) {
-    // The unaligned fallback has two tiers only: it is a correctness path.
-    return FwdRegPlan<T, VEC, TPR * 2>(tpr);
-  } else {
-    if (tpr != TPR) return FwdRegPlan<T, VEC, TPR * 2>(tpr);
+// The register kernels' tiers: Tier::Make<VEC, TPR>() plans the kernel with TPR threads per row.
+template <class T>
+struct FwdTier {
+  template <int VEC, int TPR>
+  static Plan Make() {
     constexpr int kBlock = FwdBlock(TPR);
     return MakePlan<FwdArgs, FwdRegKernel<T, VEC, TPR, FwdItems<VEC>(), kBlock>>(
         kBlock, kBlock / TPR, 0);
   }
-}
+};
 
-template <class T, int VEC, int TPR = 1>
-Plan BwdRegPlan(int tpr) {
-  if constexpr (TPR > kMaxTpr) {
-    return Plan{};
-  } else if constexpr (VEC == 1 && TPR != 32 && TPR != kMaxTpr) {
-    return BwdRegPlan<T, VEC, TPR * 2>(tpr);
-  } else {
-    if (tpr != TPR) return BwdRegPlan<T, VEC, TPR * 2>(tpr);
+template <class T>
+struct BwdTier {
+  template <int VEC, int TPR>
+  static Plan Make() {
     constexpr int kBlock = BwdBlock(TPR);
     return MakePlan<BwdArgs, BwdRegKernel<T, VEC, TPR, BwdItems<VEC>(), kBlock>>(
         kBlock, kBlock / TPR, size_t(2) * kBlock * BwdItems<VEC>() * VEC * sizeof(float));
+  }
+};
+
+// The plan for `tpr` threads per row (a power of two): every tier 1..1024 with 16-byte vectors,
+// and only 32 and 1024 on the unaligned fallback, which is a correctness path.
+template <class Tier, int VEC, int TPR = 1>
+Plan TierPlan(int tpr) {
+  if constexpr (TPR > kMaxTpr) {
+    return Plan{};
+  } else if constexpr (VEC == 1 && TPR != 32 && TPR != kMaxTpr) {
+    return TierPlan<Tier, VEC, TPR * 2>(tpr);
+  } else {
+    if (tpr != TPR) return TierPlan<Tier, VEC, TPR * 2>(tpr);
+    return Tier::template Make<VEC, TPR>();
   }
 }
 
@@ -714,11 +736,11 @@ Plan ForwardPlan(const FwdArgs &a) {
                                  {a.w, a.b});
   if (vec) {
     const int tpr = TprFor<VEC>(a.cols, FwdItems<VEC>());
-    if (tpr) return FwdRegPlan<T, VEC>(tpr);
+    if (tpr) return TierPlan<FwdTier<T>, VEC>(tpr);
     return MakePlan<FwdArgs, FwdLoopKernel<T, VEC, kLoopBlock>>(kLoopBlock, 1, 0);
   }
   const int tpr = TprFor<1>(a.cols, FwdItems<1>());
-  if (tpr) return FwdRegPlan<T, 1>(tpr);
+  if (tpr) return TierPlan<FwdTier<T>, 1>(tpr);
   return MakePlan<FwdArgs, FwdLoopKernel<T, 1, kLoopBlock>>(kLoopBlock, 1, 0);
 }
 
@@ -730,7 +752,7 @@ cudaError_t BackwardPlan(const BwdArgs &a, int device, Plan *out) {
                                  {a.w});
   const int tpr = vec ? TprFor<VEC>(a.cols, BwdItems<VEC>()) : TprFor<1>(a.cols, BwdItems<1>());
   Plan p;
-  if (tpr) p = vec ? BwdRegPlan<T, VEC>(tpr) : BwdRegPlan<T, 1>(tpr);
+  if (tpr) p = vec ? TierPlan<BwdTier<T>, VEC>(tpr) : TierPlan<BwdTier<T>, 1>(tpr);
   const bool partial = a.dw || a.db;
   if (p.kernel) {
     if (!partial) {
