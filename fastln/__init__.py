@@ -15,13 +15,12 @@ from __future__ import annotations
 import math
 import operator
 import os
-from typing import Optional, Sequence, Tuple, Union
+from typing import Optional, Sequence, Union
 
 import numpy as np
 
 from . import _core, _cuda_api
 from ._args import (
-    SUPPORTED,
     as_float_array,
     check_eps,
     check_out,
@@ -29,12 +28,23 @@ from ._args import (
     param,
     rows_view,
 )
+from ._training import (
+    RMSNorm,
+    _NormModule,
+    layer_norm_backward,
+    rms_norm,
+    rms_norm_backward,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "layer_norm",
     "LayerNorm",
+    "rms_norm",
+    "RMSNorm",
+    "layer_norm_backward",
+    "rms_norm_backward",
     "runtime_info",
     "set_isa",
     "get_isa",
@@ -217,13 +227,18 @@ def layer_norm(
     return (y, mean, rstd) if return_stats else y
 
 
-class LayerNorm:
-    """A layer norm with parameters, like torch.nn.LayerNorm.
+class LayerNorm(_NormModule):
+    """A layer norm with parameters, like torch.nn.LayerNorm, with forward/backward for training.
 
     >>> import numpy as np, fastln
     >>> ln = fastln.LayerNorm(8)
     >>> ln(np.ones((2, 8), dtype=np.float32)).shape
     (2, 8)
+    >>> x = np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32)
+    >>> y = ln.forward(x)
+    >>> dx = ln.backward(np.ones_like(y))
+    >>> ln.grad_weight.shape, ln.grad_bias.tolist() == [2.0] * 8
+    ((8,), True)
     """
 
     def __init__(
@@ -234,36 +249,17 @@ class LayerNorm:
         bias: bool = True,
         dtype=np.float32,
     ) -> None:
-        if isinstance(normalized_shape, (int, np.integer)):
-            normalized_shape = (int(normalized_shape),)
-        self.normalized_shape: Tuple[int, ...] = tuple(operator.index(d) for d in normalized_shape)
-        if len(self.normalized_shape) == 0 or any(d <= 0 for d in self.normalized_shape):
-            raise ValueError(f"normalized_shape must be non-empty and positive, got {normalized_shape}")
-        self.eps = check_eps(eps)
-        self.dtype = np.dtype(dtype)
-        if self.dtype not in SUPPORTED:
-            raise TypeError(f"dtype {self.dtype} is not supported; use float32 or float64")
-        self.elementwise_affine = bool(elementwise_affine)
-        self.weight: Optional[np.ndarray] = None
-        self.bias: Optional[np.ndarray] = None
-        if self.elementwise_affine:
-            self.weight = np.ones(self.normalized_shape, dtype=self.dtype)
-            if bias:
-                self.bias = np.zeros(self.normalized_shape, dtype=self.dtype)
-
-    def _axis(self, x: np.ndarray) -> int:
-        k = len(self.normalized_shape)
-        if x.ndim < k or tuple(x.shape[-k:]) != self.normalized_shape:
-            raise ValueError(
-                f"input of shape {x.shape} does not end in normalized_shape {self.normalized_shape}"
-            )
-        return -k
+        super().__init__(normalized_shape, eps, elementwise_affine, bias, dtype)
 
     def __call__(self, x: ArrayLike, *, out: Optional[np.ndarray] = None) -> np.ndarray:
         x = as_float_array(x, "x")
         return layer_norm(x, self.weight, self.bias, self.eps, axis=self._axis(x), out=out)
 
-    forward = __call__
+    def _forward(self, x, ax):
+        return layer_norm(x, self.weight, self.bias, self.eps, axis=ax, return_stats=True)
+
+    def _backward(self, dy, x, ax, mean, rstd):
+        return layer_norm_backward(dy, x, mean, rstd, self.weight, axis=ax)
 
     def __repr__(self) -> str:
         return (

@@ -16,6 +16,23 @@ def layer_norm_2d(
     rstd: Optional[np.ndarray],
     eps: float,
 ) -> None: ...
+def rms_norm_2d(
+    x: np.ndarray,
+    y: np.ndarray,
+    weight: Optional[np.ndarray],
+    rstd: Optional[np.ndarray],
+    eps: float,
+) -> None: ...
+def norm_backward_2d(
+    dy: np.ndarray,
+    x: np.ndarray,
+    mean: Optional[np.ndarray],
+    rstd: np.ndarray,
+    weight: Optional[np.ndarray],
+    dx: np.ndarray,
+    dweight: Optional[np.ndarray],
+    dbias: Optional[np.ndarray],
+) -> None: ...
 def isa() -> str: ...
 def best_isa() -> str: ...
 def isa_supported(name: str) -> bool: ...

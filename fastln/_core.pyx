@@ -13,12 +13,37 @@ cdef extern from "fastln/fastln.h" nogil:
     int FASTLN_OK
     int FASTLN_ERR_UNKNOWN_ISA
     int FASTLN_ERR_UNSUPPORTED_ISA
+    int FASTLN_ERR_NO_MEMORY
     int fastln_layer_norm_f32_ld(const float *x, int64_t ldx, float *y, int64_t ldy,
                                  const float *weight, const float *bias, float *mean, float *rstd,
                                  int64_t rows, int64_t cols, double eps)
     int fastln_layer_norm_f64_ld(const double *x, int64_t ldx, double *y, int64_t ldy,
                                  const double *weight, const double *bias, double *mean,
                                  double *rstd, int64_t rows, int64_t cols, double eps)
+    int fastln_rms_norm_f32_ld(const float *x, int64_t ldx, float *y, int64_t ldy,
+                               const float *weight, float *rstd, int64_t rows, int64_t cols,
+                               double eps)
+    int fastln_rms_norm_f64_ld(const double *x, int64_t ldx, double *y, int64_t ldy,
+                               const double *weight, double *rstd, int64_t rows, int64_t cols,
+                               double eps)
+    int fastln_layer_norm_backward_f32_ld(const float *dy, int64_t lddy, const float *x,
+                                          int64_t ldx, const float *mean, const float *rstd,
+                                          const float *weight, float *dx, int64_t lddx,
+                                          float *dweight, float *dbias, int64_t rows,
+                                          int64_t cols)
+    int fastln_layer_norm_backward_f64_ld(const double *dy, int64_t lddy, const double *x,
+                                          int64_t ldx, const double *mean, const double *rstd,
+                                          const double *weight, double *dx, int64_t lddx,
+                                          double *dweight, double *dbias, int64_t rows,
+                                          int64_t cols)
+    int fastln_rms_norm_backward_f32_ld(const float *dy, int64_t lddy, const float *x,
+                                        int64_t ldx, const float *rstd, const float *weight,
+                                        float *dx, int64_t lddx, float *dweight, int64_t rows,
+                                        int64_t cols)
+    int fastln_rms_norm_backward_f64_ld(const double *dy, int64_t lddy, const double *x,
+                                        int64_t ldx, const double *rstd, const double *weight,
+                                        double *dx, int64_t lddx, double *dweight, int64_t rows,
+                                        int64_t cols)
     const char *fastln_status_string(int status)
     const char *fastln_isa()
     const char *fastln_best_isa()
@@ -35,6 +60,8 @@ class FastlnError(RuntimeError):
 
 
 cdef inline int _check(int status) except -1:
+    if status == FASTLN_ERR_NO_MEMORY:
+        raise MemoryError(fastln_status_string(status).decode())
     if status != FASTLN_OK:
         raise FastlnError(fastln_status_string(status).decode())
     return 0
@@ -96,6 +123,93 @@ def layer_norm_2d(cnp.ndarray x, cnp.ndarray y, weight, bias, mean, rstd, double
             status = fastln_layer_norm_f64_ld(<const double *>px, ldx, <double *>py, ldy,
                                               <const double *>w, <const double *>b, <double *>m,
                                               <double *>r, rows, cols, eps)
+    _check(status)
+
+
+cdef inline int _rows_like(cnp.ndarray x, cnp.ndarray y, int t, int64_t *rows, int64_t *cols,
+                           int64_t *ldx, int64_t *ldy) except -1:
+    """Checks that x (read) and y (written) are 2-D arrays of typenum t, float32 or float64, of
+    the same shape with unit inner stride; gives their shape and row strides."""
+    if (cnp.PyArray_TYPE(x) != t or cnp.PyArray_TYPE(y) != t
+            or (t != cnp.NPY_FLOAT32 and t != cnp.NPY_FLOAT64)):
+        raise TypeError("internal: arrays must all be float32 or all float64")
+    if not cnp.PyArray_ISWRITEABLE(y):
+        raise ValueError("internal: output is read-only")
+    if cnp.PyArray_NDIM(x) != 2 or cnp.PyArray_NDIM(y) != 2:
+        raise ValueError("internal: arrays must be 2-D")
+    rows[0] = cnp.PyArray_DIMS(x)[0]
+    cols[0] = cnp.PyArray_DIMS(x)[1]
+    if cnp.PyArray_DIMS(y)[0] != rows[0]:
+        raise ValueError("internal: arrays differ in rows")
+    ldx[0] = _ld(x, cols[0])
+    ldy[0] = _ld(y, cols[0])
+    return 0
+
+
+def rms_norm_2d(cnp.ndarray x, cnp.ndarray y, weight, rstd, double eps):
+    """y[i, :] = RMS norm of x[i, :]. x and y: 2-D, same dtype, unit inner stride."""
+    cdef int t = cnp.PyArray_TYPE(x)
+    cdef int64_t rows, cols, ldx, ldy
+    _rows_like(x, y, t, &rows, &cols, &ldx, &ldy)
+    cdef void *w = _vec(weight, t, cols, False)
+    cdef void *r = _vec(rstd, t, rows, True)
+    cdef void *px = cnp.PyArray_DATA(x)
+    cdef void *py = cnp.PyArray_DATA(y)
+    cdef int status
+    with nogil:
+        if t == cnp.NPY_FLOAT32:
+            status = fastln_rms_norm_f32_ld(<const float *>px, ldx, <float *>py, ldy,
+                                            <const float *>w, <float *>r, rows, cols, eps)
+        else:
+            status = fastln_rms_norm_f64_ld(<const double *>px, ldx, <double *>py, ldy,
+                                            <const double *>w, <double *>r, rows, cols, eps)
+    _check(status)
+
+
+def norm_backward_2d(cnp.ndarray dy, cnp.ndarray x, mean, rstd, weight, cnp.ndarray dx,
+                     dweight, dbias):
+    """dx (and dweight, dbias when not None) of layer norm, or of RMS norm when mean is None.
+    dy, x, dx: 2-D, same dtype, unit inner stride; the rest contiguous 1-D or None."""
+    cdef int t = cnp.PyArray_TYPE(x)
+    cdef int64_t rows, cols, ldx, lddx, rows2, cols2, lddy, ldx2
+    _rows_like(x, dx, t, &rows, &cols, &ldx, &lddx)
+    _rows_like(dy, dx, t, &rows2, &cols2, &lddy, &ldx2)
+    if cols2 != cols:
+        raise ValueError("internal: dy and x differ in shape")
+    if rstd is None:
+        raise ValueError("internal: rstd is required")
+    cdef void *m = _vec(mean, t, rows, False)
+    cdef void *r = _vec(rstd, t, rows, False)
+    cdef void *w = _vec(weight, t, cols, False)
+    cdef void *dw = _vec(dweight, t, cols, True)
+    cdef void *db = _vec(dbias, t, cols, True)
+    if mean is None and dbias is not None:
+        raise ValueError("internal: RMS norm has no bias")
+    cdef void *pdy = cnp.PyArray_DATA(dy)
+    cdef void *px = cnp.PyArray_DATA(x)
+    cdef void *pdx = cnp.PyArray_DATA(dx)
+    cdef int status
+    with nogil:
+        if t == cnp.NPY_FLOAT32:
+            if m != NULL:
+                status = fastln_layer_norm_backward_f32_ld(
+                    <const float *>pdy, lddy, <const float *>px, ldx, <const float *>m,
+                    <const float *>r, <const float *>w, <float *>pdx, lddx, <float *>dw,
+                    <float *>db, rows, cols)
+            else:
+                status = fastln_rms_norm_backward_f32_ld(
+                    <const float *>pdy, lddy, <const float *>px, ldx, <const float *>r,
+                    <const float *>w, <float *>pdx, lddx, <float *>dw, rows, cols)
+        else:
+            if m != NULL:
+                status = fastln_layer_norm_backward_f64_ld(
+                    <const double *>pdy, lddy, <const double *>px, ldx, <const double *>m,
+                    <const double *>r, <const double *>w, <double *>pdx, lddx, <double *>dw,
+                    <double *>db, rows, cols)
+            else:
+                status = fastln_rms_norm_backward_f64_ld(
+                    <const double *>pdy, lddy, <const double *>px, ldx, <const double *>r,
+                    <const double *>w, <double *>pdx, lddx, <double *>dw, rows, cols)
     _check(status)
 
 

@@ -29,3 +29,45 @@ def layer_norm(x, weight=None, bias=None, eps=1e-5, *, axis=-1, return_stats=Fal
     if return_stats:
         return y, mean.reshape(x.shape[: axes[0]]), rstd.reshape(x.shape[: axes[0]])
     return y
+
+
+def rms_norm(x, weight=None, eps=1e-6, *, axis=-1, return_stats=False):
+    x = np.asarray(x, dtype=np.float64)
+    axes = _norm_axes(x.ndim, axis)
+    rstd = 1.0 / np.sqrt((x * x).mean(axis=axes, keepdims=True) + eps)
+    y = x * rstd
+    if weight is not None:
+        y = y * np.asarray(weight, dtype=np.float64)
+    if return_stats:
+        return y, rstd.reshape(x.shape[: axes[0]])
+    return y
+
+
+def _norm_backward(dy, x, mean, rstd, weight, axis):
+    """Gradients of y = (x - mean) * rstd * weight with mean and rstd the statistics of x, taken as
+    given (mean None for RMS norm): dx, dweight and dbias (both None without weight)."""
+    x = np.asarray(x, dtype=np.float64)
+    dy = np.asarray(dy, dtype=np.float64)
+    axes = _norm_axes(x.ndim, axis)
+    keep = x.shape[: axes[0]] + (1,) * len(axes)
+    rstd = np.asarray(rstd, dtype=np.float64).reshape(keep)
+    xc = x if mean is None else x - np.asarray(mean, dtype=np.float64).reshape(keep)
+    xhat = xc * rstd
+    g = dy if weight is None else dy * np.asarray(weight, dtype=np.float64)
+    proj = (g * xhat).mean(axis=axes, keepdims=True)
+    dx = rstd * (g - xhat * proj)
+    if mean is not None:
+        dx -= rstd * g.mean(axis=axes, keepdims=True)
+    lead = tuple(range(axes[0]))
+    if weight is None:
+        return dx, None, None
+    return dx, (dy * xhat).sum(axis=lead), dy.sum(axis=lead)
+
+
+def layer_norm_backward(dy, x, mean, rstd, weight=None, *, axis=-1):
+    return _norm_backward(dy, x, mean, rstd, weight, axis)
+
+
+def rms_norm_backward(dy, x, rstd, weight=None, *, axis=-1):
+    dx, dw, _ = _norm_backward(dy, x, None, rstd, weight, axis)
+    return dx, dw

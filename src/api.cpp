@@ -2,6 +2,8 @@
 // Compiled with the baseline flags.
 #include <stdint.h>
 
+#include <stdlib.h>
+
 #include <atomic>
 
 #include "dispatch.h"
@@ -94,10 +96,114 @@ int LayerNorm(const T *x, int64_t ldx, T *y, int64_t ldy, const T *w, const T *b
   return FASTLN_OK;
 }
 
+// ---- backward ---------------------------------------------------------------------------------
+
+// Rows per block of the dweight/dbias partial sums. Set by the shape alone, never by the thread
+// count, so that the sums come out the same at any thread count. Long rows get shorter blocks: more
+// blocks to share among threads, while the scratch (up to 2 * cols doubles per block) stays at most
+// 1/16 of the input's bytes.
+inline int64_t BackwardBlockRows(int64_t cols) { return cols >= 8192 ? 16 : 64; }
+
+// fn(begin, end) over [0, items) in contiguous ranges, one per thread.
+template <class Fn>
+void ParallelRanges(int64_t items, int64_t nt, Fn fn) {
+  if (nt > items) nt = items;
+  if (nt <= 1) {
+    fn(int64_t(0), items);
+    return;
+  }
+#ifdef _OPENMP
+#pragma omp parallel num_threads(static_cast<int>(nt))
+  {
+    int64_t b, e;
+    Balance(items, omp_get_num_threads(), omp_get_thread_num(), &b, &e);
+    if (b < e) fn(b, e);
+  }
+#else
+  fn(int64_t(0), items);
+#endif
+}
+
+inline int64_t ThreadsFor(int64_t elems) {
+  int64_t nt = MaxThreads();
+  const int64_t by_work = elems / kMinElemsPerThread;
+  return nt < by_work ? nt : by_work;
+}
+
+template <class T>
+int NormBackward(const NormBackwardArgs<T> &a, int64_t rows, T *dweight, T *dbias,
+                 NormBackwardRowsFn<T> KernelTable::*fn) {
+  const int64_t cols = a.cols;
+  if (!a.dy || !a.x || !a.dx || !a.rstd) return FASTLN_ERR_NULL_POINTER;
+  if (rows < 0 || cols <= 0 || a.lddy < cols || a.ldx < cols || a.lddx < cols)
+    return FASTLN_ERR_BAD_SHAPE;
+  const KernelTable *t = ActiveTable();
+  if (!t) return InitStatus();
+  const NormBackwardRowsFn<T> kernel = t->*fn;
+  if (!dweight && !dbias) {
+    if (rows > 0)
+      ParallelRanges(rows, ThreadsFor(rows * cols),
+                     [&](int64_t b, int64_t e) { kernel(a, b, e, nullptr, nullptr); });
+    return FASTLN_OK;
+  }
+
+  // Partials per block: dw[cols] then, for layer norm, db[cols].
+  const bool center = a.mean != nullptr;
+  const int64_t per = center ? 2 * cols : cols;
+  const int64_t block = BackwardBlockRows(cols);
+  const int64_t nblocks = rows > 0 ? (rows + block - 1) / block : 1;
+  if (nblocks > INT64_MAX / 8 / per) return FASTLN_ERR_NO_MEMORY;
+  double *scratch = static_cast<double *>(malloc(static_cast<size_t>(nblocks * per) * sizeof(double)));
+  if (!scratch) return FASTLN_ERR_NO_MEMORY;
+  if (rows == 0) {
+    for (int64_t j = 0; j < per; ++j) scratch[j] = 0.0;
+  } else {
+    ParallelRanges(nblocks, ThreadsFor(rows * cols), [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        double *dw = scratch + b * per;
+        const int64_t r1 = (b + 1) * block < rows ? (b + 1) * block : rows;
+        kernel(a, b * block, r1, dw, center ? dw + cols : nullptr);
+      }
+    });
+    // Blocks summed in order 0, 1, 2, ... for every column; threads split the columns only.
+    ParallelRanges(per, ThreadsFor(nblocks * per), [&](int64_t j0, int64_t j1) {
+      for (int64_t b = 1; b < nblocks; ++b) {
+        const double *p = scratch + b * per;
+        for (int64_t j = j0; j < j1; ++j) scratch[j] += p[j];
+      }
+    });
+  }
+  for (int64_t j = 0; j < cols; ++j) {
+    if (dweight) dweight[j] = T(scratch[j]);
+    if (dbias && center) dbias[j] = T(scratch[cols + j]);
+  }
+  free(scratch);
+  return FASTLN_OK;
+}
+
+template <class T>
+int LayerNormBackward(const T *dy, int64_t lddy, const T *x, int64_t ldx, const T *mean,
+                      const T *rstd, const T *w, T *dx, int64_t lddx, T *dweight, T *dbias,
+                      int64_t rows, int64_t cols, NormBackwardRowsFn<T> KernelTable::*fn) {
+  if (!mean) return FASTLN_ERR_NULL_POINTER;
+  const NormBackwardArgs<T> args{dy, lddy, x, ldx, dx, lddx, mean, rstd, w, cols};
+  return NormBackward(args, rows, dweight, dbias, fn);
+}
+
+template <class T>
+int RmsNormBackward(const T *dy, int64_t lddy, const T *x, int64_t ldx, const T *rstd,
+                    const T *w, T *dx, int64_t lddx, T *dweight, int64_t rows, int64_t cols,
+                    NormBackwardRowsFn<T> KernelTable::*fn) {
+  const NormBackwardArgs<T> args{dy, lddy, x, ldx, dx, lddx, nullptr, rstd, w, cols};
+  return NormBackward(args, rows, dweight, static_cast<T *>(nullptr), fn);
+}
+
 }  // namespace
 }  // namespace fastln
 
 using fastln::LayerNorm;
+using fastln::LayerNormBackward;
+using fastln::RmsNormBackward;
 using fastln::KernelTable;
 
 extern "C" {
@@ -128,6 +234,89 @@ int fastln_layer_norm_f64_ld(const double *x, int64_t ldx, double *y, int64_t ld
                            &KernelTable::layer_norm_f64);
 }
 
+int fastln_rms_norm_f32(const float *x, float *y, const float *weight, float *rstd, int64_t rows,
+                        int64_t cols, float eps) {
+  return LayerNorm<float>(x, cols, y, cols, weight, nullptr, nullptr, rstd, rows, cols, eps,
+                          &KernelTable::rms_norm_f32);
+}
+
+int fastln_rms_norm_f64(const double *x, double *y, const double *weight, double *rstd,
+                        int64_t rows, int64_t cols, double eps) {
+  return LayerNorm<double>(x, cols, y, cols, weight, nullptr, nullptr, rstd, rows, cols, eps,
+                           &KernelTable::rms_norm_f64);
+}
+
+int fastln_rms_norm_f32_ld(const float *x, int64_t ldx, float *y, int64_t ldy, const float *weight,
+                           float *rstd, int64_t rows, int64_t cols, double eps) {
+  return LayerNorm<float>(x, ldx, y, ldy, weight, nullptr, nullptr, rstd, rows, cols, eps,
+                          &KernelTable::rms_norm_f32);
+}
+
+int fastln_rms_norm_f64_ld(const double *x, int64_t ldx, double *y, int64_t ldy,
+                           const double *weight, double *rstd, int64_t rows, int64_t cols,
+                           double eps) {
+  return LayerNorm<double>(x, ldx, y, ldy, weight, nullptr, nullptr, rstd, rows, cols, eps,
+                           &KernelTable::rms_norm_f64);
+}
+
+int fastln_layer_norm_backward_f32(const float *dy, const float *x, const float *mean,
+                                   const float *rstd, const float *weight, float *dx,
+                                   float *dweight, float *dbias, int64_t rows, int64_t cols) {
+  return LayerNormBackward<float>(dy, cols, x, cols, mean, rstd, weight, dx, cols, dweight, dbias,
+                                  rows, cols, &KernelTable::layer_norm_backward_f32);
+}
+
+int fastln_layer_norm_backward_f64(const double *dy, const double *x, const double *mean,
+                                   const double *rstd, const double *weight, double *dx,
+                                   double *dweight, double *dbias, int64_t rows, int64_t cols) {
+  return LayerNormBackward<double>(dy, cols, x, cols, mean, rstd, weight, dx, cols, dweight,
+                                   dbias, rows, cols, &KernelTable::layer_norm_backward_f64);
+}
+
+int fastln_layer_norm_backward_f32_ld(const float *dy, int64_t lddy, const float *x, int64_t ldx,
+                                      const float *mean, const float *rstd, const float *weight,
+                                      float *dx, int64_t lddx, float *dweight, float *dbias,
+                                      int64_t rows, int64_t cols) {
+  return LayerNormBackward<float>(dy, lddy, x, ldx, mean, rstd, weight, dx, lddx, dweight, dbias,
+                                  rows, cols, &KernelTable::layer_norm_backward_f32);
+}
+
+int fastln_layer_norm_backward_f64_ld(const double *dy, int64_t lddy, const double *x,
+                                      int64_t ldx, const double *mean, const double *rstd,
+                                      const double *weight, double *dx, int64_t lddx,
+                                      double *dweight, double *dbias, int64_t rows, int64_t cols) {
+  return LayerNormBackward<double>(dy, lddy, x, ldx, mean, rstd, weight, dx, lddx, dweight, dbias,
+                                   rows, cols, &KernelTable::layer_norm_backward_f64);
+}
+
+int fastln_rms_norm_backward_f32(const float *dy, const float *x, const float *rstd,
+                                 const float *weight, float *dx, float *dweight, int64_t rows,
+                                 int64_t cols) {
+  return RmsNormBackward<float>(dy, cols, x, cols, rstd, weight, dx, cols, dweight, rows, cols,
+                                &KernelTable::rms_norm_backward_f32);
+}
+
+int fastln_rms_norm_backward_f64(const double *dy, const double *x, const double *rstd,
+                                 const double *weight, double *dx, double *dweight, int64_t rows,
+                                 int64_t cols) {
+  return RmsNormBackward<double>(dy, cols, x, cols, rstd, weight, dx, cols, dweight, rows, cols,
+                                 &KernelTable::rms_norm_backward_f64);
+}
+
+int fastln_rms_norm_backward_f32_ld(const float *dy, int64_t lddy, const float *x, int64_t ldx,
+                                    const float *rstd, const float *weight, float *dx,
+                                    int64_t lddx, float *dweight, int64_t rows, int64_t cols) {
+  return RmsNormBackward<float>(dy, lddy, x, ldx, rstd, weight, dx, lddx, dweight, rows, cols,
+                                &KernelTable::rms_norm_backward_f32);
+}
+
+int fastln_rms_norm_backward_f64_ld(const double *dy, int64_t lddy, const double *x, int64_t ldx,
+                                    const double *rstd, const double *weight, double *dx,
+                                    int64_t lddx, double *dweight, int64_t rows, int64_t cols) {
+  return RmsNormBackward<double>(dy, lddy, x, ldx, rstd, weight, dx, lddx, dweight, rows, cols,
+                                 &KernelTable::rms_norm_backward_f64);
+}
+
 const char *fastln_status_string(int status) {
   switch (status) {
     case FASTLN_OK: return "success";
@@ -137,6 +326,7 @@ const char *fastln_status_string(int status) {
     case FASTLN_ERR_UNKNOWN_ISA: return "unknown ISA name (known: scalar, avx2, neon)";
     case FASTLN_ERR_UNSUPPORTED_ISA: return "this CPU or build cannot run the requested ISA";
     case FASTLN_ERR_BAD_ARGUMENT: return "invalid argument";
+    case FASTLN_ERR_NO_MEMORY: return "out of memory for a scratch buffer";
     default: return "unknown status";
   }
 }

@@ -24,10 +24,37 @@ struct LayerNormArgs {
 template <class T>
 using LayerNormRowsFn = void (*)(const LayerNormArgs<T> &a, int64_t row_begin, int64_t row_end);
 
+// The backward passes of LayerNorm and RMSNorm (mean is null for RMSNorm).
+template <class T>
+struct NormBackwardArgs {
+  const T *dy; int64_t lddy;
+  const T *x; int64_t ldx;
+  T *dx; int64_t lddx;
+  const T *mean;    // indexed by row; unused by RMSNorm
+  const T *rstd;    // indexed by row
+  const T *weight;  // may be null
+  int64_t cols;
+};
+
+// Writes dx for rows [row_begin, row_end). When dw is not null, also writes (not adds) the column
+// sums over those rows of dy * xhat to dw[0, cols) and, for LayerNorm, of dy to db[0, cols), in
+// double. The caller hands each fixed block of rows its own dw/db and sums them in a fixed order,
+// so dweight and dbias do not depend on the thread count.
+template <class T>
+using NormBackwardRowsFn = void (*)(const NormBackwardArgs<T> &a, int64_t row_begin,
+                                    int64_t row_end, double *dw, double *db);
+
 struct KernelTable {
   const char *name;
   LayerNormRowsFn<float> layer_norm_f32;
   LayerNormRowsFn<double> layer_norm_f64;
+  // RMSNorm forward takes LayerNormArgs and ignores its bias and mean.
+  LayerNormRowsFn<float> rms_norm_f32;
+  LayerNormRowsFn<double> rms_norm_f64;
+  NormBackwardRowsFn<float> layer_norm_backward_f32;
+  NormBackwardRowsFn<double> layer_norm_backward_f64;
+  NormBackwardRowsFn<float> rms_norm_backward_f32;
+  NormBackwardRowsFn<double> rms_norm_backward_f64;
 };
 
 // Defined in kernels_<isa>.cpp. Each returns null when that ISA is not compiled into this build.

@@ -83,6 +83,8 @@ inline Moments Merge(const Moments &a, const Moments &b) {
   }
 
 #include "ops/layer_norm-inl.h"
+#include "ops/rms_norm-inl.h"
+#include "ops/backward-inl.h"
 
 namespace fastln {
 namespace FASTLN_NS {
@@ -92,6 +94,12 @@ constexpr KernelTable kTable = {
     FASTLN_ISA_NAME,
     &LayerNormRows<float>,
     &LayerNormRows<double>,
+    &RmsNormRows<float>,
+    &RmsNormRows<double>,
+    &NormBackwardRows<float, true>,
+    &NormBackwardRows<double, true>,
+    &NormBackwardRows<float, false>,
+    &NormBackwardRows<double, false>,
 };
 
 }  // namespace FASTLN_NS

@@ -4,10 +4,11 @@ import doctest
 
 import fastln
 import fastln._reference
+import fastln._training
 
 
 def test_docstring_examples():
-    for mod in (fastln, fastln._reference):
+    for mod in (fastln, fastln._reference, fastln._training):
         failed, attempted = doctest.testmod(mod, optionflags=doctest.NORMALIZE_WHITESPACE)
         assert failed == 0
     assert doctest.testmod(fastln)[1] >= 4  # the examples are really there

@@ -25,7 +25,8 @@ enum fastln_status {
   FASTLN_ERR_BAD_EPS = -3,       /* eps negative or not finite */
   FASTLN_ERR_UNKNOWN_ISA = -4,   /* fastln_set_isa: a name fastln does not know */
   FASTLN_ERR_UNSUPPORTED_ISA = -5, /* fastln_set_isa: known, but this CPU or build cannot run it */
-  FASTLN_ERR_BAD_ARGUMENT = -6   /* any other invalid argument */
+  FASTLN_ERR_BAD_ARGUMENT = -6,  /* any other invalid argument */
+  FASTLN_ERR_NO_MEMORY = -7      /* a scratch buffer could not be allocated */
 };
 
 /* y = (x - mean) * rstd * weight + bias, per row. */
@@ -43,6 +44,53 @@ int fastln_layer_norm_f32_ld(const float *x, int64_t ldx, float *y, int64_t ldy,
 int fastln_layer_norm_f64_ld(const double *x, int64_t ldx, double *y, int64_t ldy,
                              const double *weight, const double *bias, double *mean,
                              double *rstd, int64_t rows, int64_t cols, double eps);
+
+/* RMSNorm: y = x / sqrt(mean(x^2) + eps) * weight, per row; rstd[i] = 1 / sqrt(mean(x_i^2) + eps).
+ * weight and rstd may be NULL. The _ld variants take row strides and a double eps, and allow
+ * y == x when ldy == ldx, as for layer norm. */
+int fastln_rms_norm_f32(const float *x, float *y, const float *weight, float *rstd, int64_t rows,
+                        int64_t cols, float eps);
+int fastln_rms_norm_f64(const double *x, double *y, const double *weight, double *rstd,
+                        int64_t rows, int64_t cols, double eps);
+int fastln_rms_norm_f32_ld(const float *x, int64_t ldx, float *y, int64_t ldy, const float *weight,
+                           float *rstd, int64_t rows, int64_t cols, double eps);
+int fastln_rms_norm_f64_ld(const double *x, int64_t ldx, double *y, int64_t ldy,
+                           const double *weight, double *rstd, int64_t rows, int64_t cols,
+                           double eps);
+
+/* Backward passes. Given dy = dL/dy, the forward input x and the mean and rstd the forward pass
+ * returned, they write dx = dL/dx, and when not NULL, dweight = sum over rows of dy * xhat and
+ * (layer norm) dbias = sum over rows of dy, each of cols elements, xhat = (x - mean) * rstd
+ * (RMSNorm: x * rstd). weight NULL means weight = 1. dweight and dbias are summed in double per
+ * fixed block of rows, then over the blocks in a fixed order: they are bitwise the same at any
+ * thread count. dx must not overlap dy or x other than being one of them with the same leading
+ * dimension. May return FASTLN_ERR_NO_MEMORY when dweight or dbias is requested. */
+int fastln_layer_norm_backward_f32(const float *dy, const float *x, const float *mean,
+                                   const float *rstd, const float *weight, float *dx,
+                                   float *dweight, float *dbias, int64_t rows, int64_t cols);
+int fastln_layer_norm_backward_f64(const double *dy, const double *x, const double *mean,
+                                   const double *rstd, const double *weight, double *dx,
+                                   double *dweight, double *dbias, int64_t rows, int64_t cols);
+int fastln_layer_norm_backward_f32_ld(const float *dy, int64_t lddy, const float *x, int64_t ldx,
+                                      const float *mean, const float *rstd, const float *weight,
+                                      float *dx, int64_t lddx, float *dweight, float *dbias,
+                                      int64_t rows, int64_t cols);
+int fastln_layer_norm_backward_f64_ld(const double *dy, int64_t lddy, const double *x,
+                                      int64_t ldx, const double *mean, const double *rstd,
+                                      const double *weight, double *dx, int64_t lddx,
+                                      double *dweight, double *dbias, int64_t rows, int64_t cols);
+int fastln_rms_norm_backward_f32(const float *dy, const float *x, const float *rstd,
+                                 const float *weight, float *dx, float *dweight, int64_t rows,
+                                 int64_t cols);
+int fastln_rms_norm_backward_f64(const double *dy, const double *x, const double *rstd,
+                                 const double *weight, double *dx, double *dweight, int64_t rows,
+                                 int64_t cols);
+int fastln_rms_norm_backward_f32_ld(const float *dy, int64_t lddy, const float *x, int64_t ldx,
+                                    const float *rstd, const float *weight, float *dx,
+                                    int64_t lddx, float *dweight, int64_t rows, int64_t cols);
+int fastln_rms_norm_backward_f64_ld(const double *dy, int64_t lddy, const double *x, int64_t ldx,
+                                    const double *rstd, const double *weight, double *dx,
+                                    int64_t lddx, double *dweight, int64_t rows, int64_t cols);
 
 /* A short English sentence for a status code; never NULL. */
 const char *fastln_status_string(int status);

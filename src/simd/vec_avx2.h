@@ -48,6 +48,8 @@ struct Simd<double> {
     s = _mm_add_sd(s, _mm_unpackhi_pd(s, s));
     return _mm_cvtsd_f64(s);
   }
+  // N floats from p, widened: lets float32 data accumulate in double at full vector width.
+  static inline V LoadFloat(const float *p) { return _mm256_cvtps_pd(_mm_loadu_ps(p)); }
 };
 
 }  // namespace FASTLN_NS

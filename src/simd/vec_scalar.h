@@ -21,6 +21,8 @@ struct Simd {
   // compiler contracts it into an FMA, so that it behaves the same on every target.
   static inline V MulAdd(V a, V b, V c) { return a * b + c; }
   static inline T ReduceSum(V a) { return a; }
+  // N floats from p, converted to T (used with T = double: float data accumulated in double).
+  static inline V LoadFloat(const float *p) { return V(*p); }
 };
 
 }  // namespace FASTLN_NS

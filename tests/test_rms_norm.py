@@ -1,0 +1,191 @@
+"""fastln.rms_norm against the float64 reference, torch and ONNX Runtime, on every usable ISA."""
+
+import numpy as np
+import pytest
+
+import fastln
+from fastln import _reference as ref
+
+try:
+    from numpy.exceptions import AxisError
+except ImportError:  # numpy < 1.25
+    from numpy import AxisError
+
+TAILS = [1, 3, 7, 8, 9, 15, 16, 17, 31, 33, 768, 1000, 4097]
+TOL = {np.float32: 2e-6, np.float64: 1e-14}
+
+
+def _max_err(y, y_ref):
+    return float(np.max(np.abs(y.astype(np.float64) - y_ref)))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", TAILS)
+def test_matches_reference_on_every_tail(isa, rng, dtype, n):
+    x = rng.standard_normal((3, n)).astype(dtype)
+    w = rng.standard_normal(n).astype(dtype)
+    for weight in (None, w):
+        y, rstd = fastln.rms_norm(x, weight, eps=1e-6, return_stats=True)
+        y_ref, rstd_ref = ref.rms_norm(x, weight, eps=1e-6, return_stats=True)
+        assert y.dtype == dtype and rstd.dtype == dtype and rstd.shape == (3,)
+        scale = 1.0 if weight is None else float(np.abs(w).max())
+        assert _max_err(y, y_ref) <= TOL[dtype] * 4 * scale
+        np.testing.assert_allclose(rstd, rstd_ref, rtol=TOL[dtype])
+
+
+@pytest.mark.parametrize("n", [768, 65536])
+@pytest.mark.parametrize("offset", [0.0, 1e4])
+def test_float32_accuracy_bar(isa, rng, n, offset):
+    # max |y - y_ref| <= 1e-5 against float64, also where every square is ~1e8 (sums of 65536 of
+    # them in float32 would lose ~1e-4 relative without the flush to double).
+    x = (offset + rng.standard_normal((2, n))).astype(np.float32)
+    err = _max_err(fastln.rms_norm(x), ref.rms_norm(x))
+    assert err <= 1e-5, err
+
+
+def test_axes_strides_out_and_in_place(isa, rng):
+    x = rng.standard_normal((4, 5, 6))
+    w = rng.standard_normal((5, 6))
+    y_ref = ref.rms_norm(x, w, axis=1)
+    np.testing.assert_allclose(fastln.rms_norm(x, w, axis=1), y_ref, rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(fastln.rms_norm(x, w, axis=-2), y_ref, rtol=1e-13, atol=1e-13)
+    # Non-contiguous inputs: a transposed array and a row-strided view.
+    xt = np.asfortranarray(x)
+    np.testing.assert_allclose(fastln.rms_norm(xt, w, axis=1), y_ref, rtol=1e-13, atol=1e-13)
+    big = rng.standard_normal((7, 40)).astype(np.float32)
+    view = big[::2, 3:20]
+    np.testing.assert_allclose(fastln.rms_norm(view), ref.rms_norm(view), atol=2e-6)
+    # out= into a strided view, and in place.
+    out = np.zeros((4, 60))[:, ::2]
+    fastln.rms_norm(x.reshape(4, 30), out=out)
+    np.testing.assert_allclose(out, ref.rms_norm(x.reshape(4, 30)), rtol=1e-13, atol=1e-13)
+    z = x.copy()
+    assert fastln.rms_norm(z, out=z) is z
+    np.testing.assert_allclose(z, ref.rms_norm(x), rtol=1e-13, atol=1e-13)
+    # out overlapping x other than element for element goes through a temporary.
+    buf = x.reshape(-1).copy()
+    a, b = buf[:60].reshape(2, 30), buf[1:61].reshape(2, 30)
+    expect = ref.rms_norm(a)
+    fastln.rms_norm(a, out=b)
+    np.testing.assert_allclose(b, expect, rtol=1e-13, atol=1e-13)
+
+
+def test_zero_rows_and_one_dimensional(isa):
+    y, rstd = fastln.rms_norm(np.zeros((0, 8), np.float32), return_stats=True)
+    assert y.shape == (0, 8) and rstd.shape == (0,)
+    y, rstd = fastln.rms_norm(np.array([3.0, 4.0]), eps=0.0, return_stats=True)
+    assert rstd.shape == () and float(rstd) == pytest.approx(1 / np.sqrt(12.5), rel=1e-15)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_nonfinite_rows_become_nan_and_others_do_not(isa, rng, dtype):
+    x = rng.standard_normal((4, 37)).astype(dtype)
+    x[1, 5] = np.nan
+    x[2, 36] = np.inf
+    y, rstd = fastln.rms_norm(x, return_stats=True)
+    assert np.isnan(y[1]).all() and np.isnan(y[2]).all() and np.isnan(rstd[1:3]).all()
+    np.testing.assert_allclose(y[[0, 3]], ref.rms_norm(x[[0, 3]]), atol=TOL[dtype] * 4)
+
+
+@pytest.mark.parametrize("dtype,scales", [(np.float32, [1e-30, 1e-20, 1e20, 1e30]),
+                                           (np.float64, [1e-300, 1e-160, 1e160, 1e300])])
+def test_squares_that_overflow_or_underflow(isa, rng, dtype, scales):
+    # With eps = 0 the result is scale invariant; at these scales the squares overflow or underflow
+    # in the input dtype, so the rows take the exact path.
+    for n in (5, 100):
+        x = rng.standard_normal((2, n))
+        expect = ref.rms_norm(x, eps=0.0)
+        for s in scales:
+            y = fastln.rms_norm((x * s).astype(dtype), eps=0.0)
+            assert np.isfinite(y).all()
+            np.testing.assert_allclose(y, expect, rtol=TOL[dtype] * 8, atol=TOL[dtype] * 8)
+
+
+def test_subnormal_float64_rows(isa, rng):
+    # 2^-e alone would overflow for these: the exact path scales in two steps.
+    xs = rng.standard_normal((2, 10)) * 1e-310
+    y = fastln.rms_norm(xs, eps=0.0)
+    np.testing.assert_allclose(y, ref.rms_norm(xs * 2.0**1000, eps=0.0), rtol=1e-14, atol=1e-14)
+
+
+def test_tiny_values_next_to_eps(isa):
+    # mean(x^2) = 1e-40 is nothing next to eps = 1e-6: rstd = 1e3 exactly enough.
+    x = np.full((1, 16), 1e-20, np.float32)
+    y, rstd = fastln.rms_norm(x, eps=1e-6, return_stats=True)
+    assert float(rstd[0]) == pytest.approx(1e3, rel=1e-6)
+    np.testing.assert_allclose(y, 1e-17, rtol=1e-6)
+    y0 = fastln.rms_norm(np.zeros((1, 9)), eps=0.0)
+    assert np.isnan(y0).all()  # 0 / sqrt(0), as torch
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [7, 768, 1000])
+def test_matches_torch(isa, rng, dtype, n):
+    torch = pytest.importorskip("torch")
+    x = rng.standard_normal((5, n)).astype(dtype)
+    w = rng.standard_normal(n).astype(dtype)
+    yt = torch.nn.functional.rms_norm(torch.from_numpy(x), (n,), torch.from_numpy(w), eps=1e-6)
+    y = fastln.rms_norm(x, w, eps=1e-6)
+    rtol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(y, yt.numpy(), rtol=rtol, atol=rtol * np.abs(w).max())
+
+
+def test_matches_onnx_rms_normalization(rng):
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    x = rng.standard_normal((3, 64)).astype(np.float32)
+    w = rng.standard_normal(64).astype(np.float32)
+    node = helper.make_node("RMSNormalization", ["x", "w"], ["y"], axis=-1, epsilon=1e-6)
+    graph = helper.make_graph(
+        [node], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 64]),
+         helper.make_tensor_value_info("w", TensorProto.FLOAT, [64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 64])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
+    try:
+        sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    except Exception as e:  # an onnxruntime without opset 23
+        pytest.skip(f"onnxruntime cannot run RMSNormalization: {e}")
+    (y_ort,) = sess.run(None, {"x": x, "w": w})
+    np.testing.assert_allclose(fastln.rms_norm(x, w, eps=1e-6), y_ort, rtol=1e-5, atol=1e-5)
+
+
+def test_module(rng):
+    norm = fastln.RMSNorm((2, 3), eps=1e-5, dtype=np.float64)
+    norm.weight[...] = rng.standard_normal((2, 3))
+    x = rng.standard_normal((4, 2, 3))
+    expect = ref.rms_norm(x, norm.weight, eps=1e-5, axis=1)
+    np.testing.assert_allclose(norm(x), expect, rtol=1e-13, atol=1e-13)
+    assert norm._saved is None  # calling the module keeps nothing
+    np.testing.assert_allclose(norm.forward(x), expect, rtol=1e-13, atol=1e-13)
+    with pytest.raises(ValueError, match="normalized_shape"):
+        norm(np.ones((4, 3, 2)))
+    assert "RMSNorm" in repr(norm)
+    assert fastln.RMSNorm(4, elementwise_affine=False).weight is None
+
+
+def test_bad_input():
+    x = np.ones((2, 4), np.float32)
+    with pytest.raises(TypeError):
+        fastln.rms_norm(np.ones((2, 4), np.int32))
+    with pytest.raises(AxisError):
+        fastln.rms_norm(x, axis=2)
+    with pytest.raises(ValueError, match="eps"):
+        fastln.rms_norm(x, eps=-1.0)
+    with pytest.raises(ValueError, match="eps"):
+        fastln.rms_norm(x, eps=np.nan)
+    with pytest.raises(ValueError, match="weight"):
+        fastln.rms_norm(x, np.ones(3))
+    with pytest.raises(TypeError, match="out"):
+        fastln.rms_norm(x, out=np.empty((2, 4), np.float64))
+    with pytest.raises(ValueError, match="out"):
+        fastln.rms_norm(x, out=np.empty((2, 5), np.float32))
+    with pytest.raises(ValueError):
+        fastln.rms_norm(np.float32(1.0))
+    with pytest.raises(ValueError, match="zero-size"):
+        fastln.rms_norm(np.ones((2, 0), np.float32))
+    with pytest.raises(TypeError):
+        fastln.RMSNorm(4, dtype=np.int64)
