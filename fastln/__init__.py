@@ -28,13 +28,15 @@ from ._args import (
     param,
     rows_view,
 )
-from ._training import (
-    RMSNorm,
-    _NormModule,
-    layer_norm_backward,
-    rms_norm,
-    rms_norm_backward,
+from . import _training
+from ._training import RMSNorm, _NormModule
+
+# GPU arrays (CuPy, torch CUDA tensors) go to the CUDA path; see _cuda_api.
+rms_norm = _cuda_api.with_gpu_path(_training.rms_norm, _cuda_api.rms_norm)
+layer_norm_backward = _cuda_api.with_gpu_path(
+    _training.layer_norm_backward, _cuda_api.layer_norm_backward
 )
+rms_norm_backward = _cuda_api.with_gpu_path(_training.rms_norm_backward, _cuda_api.rms_norm_backward)
 
 __version__ = "0.1.0"
 

@@ -19,6 +19,7 @@ until a GPU array or runtime_info() asks for it.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -100,6 +101,19 @@ def on_gpu(*arrays) -> bool:
         if a is not None and type(a) is not _NDARRAY and is_gpu_array(a):
             return True
     return False
+
+
+def with_gpu_path(cpu_fn, gpu_fn):
+    """cpu_fn, except that a call with a GPU array among its arguments goes to gpu_fn (which takes
+    the same arguments): the hook for public ops defined outside fastln/__init__.py."""
+
+    @functools.wraps(cpu_fn)
+    def op(*args, **kwargs):
+        if on_gpu(*args, *kwargs.values()):
+            return gpu_fn(*args, **kwargs)
+        return cpu_fn(*args, **kwargs)
+
+    return op
 
 
 # ---- the libraries ---------------------------------------------------------------------------------

@@ -478,6 +478,28 @@ def test_sim_backward(sim):
     np.testing.assert_allclose(dw2.numpy(), rdw2, rtol=1e-5, atol=1e-5)
 
 
+def test_sim_public_functions_route_gpu_arrays(sim):
+    torch = sim.torch
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(5, 16, generator=g)
+    dy = torch.randn(5, 16, generator=g)
+    w = torch.randn(16, generator=g)
+    n = len(sim.calls)
+    y, rstd = fastln.rms_norm(x, w, return_stats=True)
+    assert isinstance(y, torch.Tensor) and sim.calls[n][0] == "rms"
+    dx, dw = fastln.rms_norm_backward(dy, x, rstd, w)
+    _, mean, rstd2 = fastln.layer_norm(x, w, return_stats=True)
+    dx2, dw2, db2 = fastln.layer_norm_backward(dy, x, mean, rstd2, weight=w)
+    assert [c[0] for c in sim.calls[n:]] == ["rms", "bwd", "ln", "bwd"]
+    xn, dyn, wn = x.numpy(), dy.numpy(), w.numpy()
+    want = fastln.rms_norm_backward(dyn, xn, rstd.numpy(), wn)  # the CPU path
+    np.testing.assert_allclose(dx.numpy(), want[0], rtol=1e-4, atol=1e-5)
+    want2 = fastln.layer_norm_backward(dyn, xn, mean.numpy(), rstd2.numpy(), wn)
+    np.testing.assert_allclose(dx2.numpy(), want2[0], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(db2.numpy(), want2[2], rtol=1e-4, atol=1e-5)
+    assert fastln.rms_norm.__doc__ and "Root mean square" in fastln.rms_norm.__doc__
+
+
 def test_sim_mixing_and_bad_arguments(sim):
     torch = sim.torch
     x = torch.randn(2, 8)
@@ -557,7 +579,7 @@ def test_gpu_forward_matches_reference_and_torch(dtype, rms, cols):
 
 
 def fastln_rms(x, w):
-    return _cuda_api.rms_norm(x, w, return_stats=True)
+    return fastln.rms_norm(x, w, return_stats=True)
 
 
 @pytest.mark.cuda
@@ -573,15 +595,15 @@ def test_gpu_backward_matches_reference_and_is_repeatable(dtype, rms, cols):
     dy = _gpu(torch, rng.standard_normal((rows, cols)), dtype)
     w = _gpu(torch, rng.standard_normal(cols), "float32")
     if rms:
-        _, rstd = _cuda_api.rms_norm(x, w, return_stats=True)
-        dx, dw = _cuda_api.rms_norm_backward(dy, x, rstd, w)
+        _, rstd = fastln.rms_norm(x, w, return_stats=True)
+        dx, dw = fastln.rms_norm_backward(dy, x, rstd, w)
         mean = np.zeros(rows)
-        again = _cuda_api.rms_norm_backward(dy, x, rstd, w)[1]
+        again = fastln.rms_norm_backward(dy, x, rstd, w)[1]
     else:
-        _, mean_t, rstd = _cuda_api.layer_norm(x, w, return_stats=True)
-        dx, dw, db = _cuda_api.layer_norm_backward(dy, x, mean_t, rstd, w)
+        _, mean_t, rstd = fastln.layer_norm(x, w, return_stats=True)
+        dx, dw, db = fastln.layer_norm_backward(dy, x, mean_t, rstd, w)
         mean = mean_t.cpu().numpy()
-        again = _cuda_api.layer_norm_backward(dy, x, mean_t, rstd, w)[1]
+        again = fastln.layer_norm_backward(dy, x, mean_t, rstd, w)[1]
     rdx, rdw, rdb = ref_backward(dy.double().cpu().numpy(), x.double().cpu().numpy(), mean,
                                  rstd.cpu().numpy(), w.cpu().numpy(), rms)
     _close(dx, rdx, dtype, "dx")
