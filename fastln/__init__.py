@@ -19,7 +19,7 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 
-from . import _core, _cuda_api
+from . import _core, _cuda_api, _training
 from ._args import (
     as_float_array,
     check_eps,
@@ -28,7 +28,6 @@ from ._args import (
     param,
     rows_view,
 )
-from . import _training
 from ._training import RMSNorm, _NormModule
 
 # GPU arrays (CuPy, torch CUDA tensors) go to the CUDA path; see _cuda_api.

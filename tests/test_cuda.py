@@ -494,8 +494,10 @@ def test_sim_public_functions_route_gpu_arrays(sim):
     xn, dyn, wn = x.numpy(), dy.numpy(), w.numpy()
     want = fastln.rms_norm_backward(dyn, xn, rstd.numpy(), wn)  # the CPU path
     np.testing.assert_allclose(dx.numpy(), want[0], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(dw.numpy(), want[1], rtol=1e-4, atol=1e-5)
     want2 = fastln.layer_norm_backward(dyn, xn, mean.numpy(), rstd2.numpy(), wn)
     np.testing.assert_allclose(dx2.numpy(), want2[0], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(dw2.numpy(), want2[1], rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(db2.numpy(), want2[2], rtol=1e-4, atol=1e-5)
     assert fastln.rms_norm.__doc__ and "Root mean square" in fastln.rms_norm.__doc__
 
