@@ -15,7 +15,17 @@ def layer_norm_2d(
     mean: Optional[np.ndarray],
     rstd: Optional[np.ndarray],
     eps: float,
+    y_fresh: bool = ...,
 ) -> None: ...
+def layer_norm_fast(
+    x: object,
+    weight: object,
+    bias: object,
+    eps: object,
+    out: object,
+    axis: object,
+    return_stats: object,
+) -> Optional[np.ndarray]: ...
 def rms_norm_2d(
     x: np.ndarray,
     y: np.ndarray,

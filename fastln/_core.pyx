@@ -13,13 +13,14 @@ cdef extern from "fastln/fastln.h" nogil:
     int FASTLN_OK
     int FASTLN_ERR_UNKNOWN_ISA
     int FASTLN_ERR_UNSUPPORTED_ISA
+    int FASTLN_Y_FRESH
     int FASTLN_ERR_NO_MEMORY
-    int fastln_layer_norm_f32_ld(const float *x, int64_t ldx, float *y, int64_t ldy,
+    int fastln_layer_norm_f32_ex(const float *x, int64_t ldx, float *y, int64_t ldy,
                                  const float *weight, const float *bias, float *mean, float *rstd,
-                                 int64_t rows, int64_t cols, double eps)
-    int fastln_layer_norm_f64_ld(const double *x, int64_t ldx, double *y, int64_t ldy,
+                                 int64_t rows, int64_t cols, double eps, int flags)
+    int fastln_layer_norm_f64_ex(const double *x, int64_t ldx, double *y, int64_t ldy,
                                  const double *weight, const double *bias, double *mean,
-                                 double *rstd, int64_t rows, int64_t cols, double eps)
+                                 double *rstd, int64_t rows, int64_t cols, double eps, int flags)
     int fastln_rms_norm_f32_ld(const float *x, int64_t ldx, float *y, int64_t ldy,
                                const float *weight, float *rstd, int64_t rows, int64_t cols,
                                double eps)
@@ -94,8 +95,12 @@ cdef inline void *_vec(object a, int typenum, int64_t n, bint writable) except? 
     return cnp.PyArray_DATA(arr)
 
 
-def layer_norm_2d(cnp.ndarray x, cnp.ndarray y, weight, bias, mean, rstd, double eps):
-    """y[i, :] = layer norm of x[i, :]. x and y: 2-D, same dtype, unit inner stride."""
+def layer_norm_2d(cnp.ndarray x, cnp.ndarray y, weight, bias, mean, rstd, double eps,
+                  bint y_fresh=False):
+    """y[i, :] = layer norm of x[i, :]. x and y: 2-D, same dtype, unit inner stride.
+
+    y_fresh: y was just allocated and never written (FASTLN_Y_FRESH).
+    """
     cdef int t = cnp.PyArray_TYPE(x)
     if cnp.PyArray_TYPE(y) != t or (t != cnp.NPY_FLOAT32 and t != cnp.NPY_FLOAT64):
         raise TypeError("internal: x and y must both be float32 or both float64")
@@ -114,16 +119,97 @@ def layer_norm_2d(cnp.ndarray x, cnp.ndarray y, weight, bias, mean, rstd, double
     cdef void *px = cnp.PyArray_DATA(x)
     cdef void *py = cnp.PyArray_DATA(y)
     cdef int status
+    cdef int flags = FASTLN_Y_FRESH if y_fresh else 0
     with nogil:
         if t == cnp.NPY_FLOAT32:
-            status = fastln_layer_norm_f32_ld(<const float *>px, ldx, <float *>py, ldy,
+            status = fastln_layer_norm_f32_ex(<const float *>px, ldx, <float *>py, ldy,
                                               <const float *>w, <const float *>b, <float *>m,
-                                              <float *>r, rows, cols, eps)
+                                              <float *>r, rows, cols, eps, flags)
         else:
-            status = fastln_layer_norm_f64_ld(<const double *>px, ldx, <double *>py, ldy,
+            status = fastln_layer_norm_f64_ex(<const double *>px, ldx, <double *>py, ldy,
                                               <const double *>w, <const double *>b, <double *>m,
-                                              <double *>r, rows, cols, eps)
+                                              <double *>r, rows, cols, eps, flags)
     _check(status)
+
+
+cdef inline bint _plain(cnp.ndarray a, int t):
+    """a has dtype t in native byte order, is aligned and C-contiguous."""
+    return (cnp.PyArray_TYPE(a) == t and cnp.PyArray_ISNOTSWAPPED(a) and cnp.PyArray_ISALIGNED(a)
+            and cnp.PyArray_IS_C_CONTIGUOUS(a))
+
+
+cdef inline bint _param_ok(object p, int t, cnp.npy_intp d):
+    if p is None:
+        return True
+    if not cnp.PyArray_CheckExact(p):
+        return False
+    cdef cnp.ndarray a = <cnp.ndarray>p
+    return _plain(a, t) and cnp.PyArray_NDIM(a) == 1 and cnp.PyArray_DIMS(a)[0] == d
+
+
+def layer_norm_fast(x, weight, bias, eps, out, axis, return_stats):
+    """fastln.layer_norm for its common call, done here in C; None for any other call.
+
+    Takes: x an exact ndarray, float32 or float64, native order, aligned, C-contiguous, ndim >= 1,
+    D = x.shape[-1] > 0; axis == -1; return_stats False; eps a float, finite and >= 0; weight and
+    bias None or such 1-D arrays of x's dtype and length D; out None or such an array of x's shape,
+    writeable, that is x itself or does not overlap it. Anything else returns None, and
+    fastln.layer_norm runs its general path, with its checks and errors. At D = 768 the Python
+    checks of that path cost several times the kernel.
+    """
+    if not cnp.PyArray_CheckExact(x) or return_stats is not False or type(eps) is not float:
+        return None
+    if type(axis) is not int or axis != -1:
+        return None
+    cdef double e = eps
+    if not (e >= 0 and e - e == 0):
+        return None
+    cdef cnp.ndarray xa = <cnp.ndarray>x
+    cdef int t = cnp.PyArray_TYPE(xa)
+    cdef int nd = cnp.PyArray_NDIM(xa)
+    if (t != cnp.NPY_FLOAT32 and t != cnp.NPY_FLOAT64) or nd < 1 or not _plain(xa, t):
+        return None
+    cdef cnp.npy_intp d = cnp.PyArray_DIMS(xa)[nd - 1]
+    if d <= 0 or not _param_ok(weight, t, d) or not _param_ok(bias, t, d):
+        return None
+    cdef cnp.ndarray ya
+    cdef char *px = <char *>cnp.PyArray_DATA(xa)
+    cdef char *py
+    cdef cnp.npy_intp nbytes = cnp.PyArray_NBYTES(xa)
+    cdef int i
+    if out is None:
+        ya = cnp.PyArray_EMPTY(nd, cnp.PyArray_DIMS(xa), t, 0)
+    else:
+        if not cnp.PyArray_CheckExact(out):
+            return None
+        ya = <cnp.ndarray>out
+        if (not _plain(ya, t) or not cnp.PyArray_ISWRITEABLE(ya) or cnp.PyArray_NDIM(ya) != nd):
+            return None
+        for i in range(nd):
+            if cnp.PyArray_DIMS(ya)[i] != cnp.PyArray_DIMS(xa)[i]:
+                return None
+        py = <char *>cnp.PyArray_DATA(ya)
+        if py != px and py < px + nbytes and px < py + nbytes:
+            return None
+    py = <char *>cnp.PyArray_DATA(ya)
+    cdef int64_t rows = cnp.PyArray_SIZE(xa) // d
+    cdef void *w = NULL if weight is None else cnp.PyArray_DATA(<cnp.ndarray>weight)
+    cdef void *b = NULL if bias is None else cnp.PyArray_DATA(<cnp.ndarray>bias)
+    cdef int status
+    cdef int flags = FASTLN_Y_FRESH if out is None else 0
+    if rows == 0:
+        return ya
+    with nogil:
+        if t == cnp.NPY_FLOAT32:
+            status = fastln_layer_norm_f32_ex(<const float *>px, d, <float *>py, d,
+                                              <const float *>w, <const float *>b, NULL, NULL,
+                                              rows, d, e, flags)
+        else:
+            status = fastln_layer_norm_f64_ex(<const double *>px, d, <double *>py, d,
+                                              <const double *>w, <const double *>b, NULL, NULL,
+                                              rows, d, e, flags)
+    _check(status)
+    return ya
 
 
 cdef inline int _rows_like(cnp.ndarray x, cnp.ndarray y, int t, int64_t *rows, int64_t *cols,

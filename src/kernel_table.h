@@ -19,6 +19,7 @@ struct LayerNormArgs {
   T *rstd;          // may be null; indexed by row
   int64_t cols;
   double eps;
+  bool stream;      // y may take non-temporal stores (false when the caller says y is fresh)
 };
 
 template <class T>

@@ -45,6 +45,23 @@ int fastln_layer_norm_f64_ld(const double *x, int64_t ldx, double *y, int64_t ld
                              const double *weight, const double *bias, double *mean,
                              double *rstd, int64_t rows, int64_t cols, double eps);
 
+/* Flags for the _ex functions below. */
+enum fastln_flags {
+  /* y was just allocated and its pages were never written. Large outputs are otherwise written with
+   * non-temporal stores, which skip reading each cache line of y before writing it; on untouched
+   * pages they are slower than plain stores (the kernel has just zeroed those pages in cache). */
+  FASTLN_Y_FRESH = 1
+};
+
+/* fastln_layer_norm_*_ld with flags, a combination of fastln_flags (other bits:
+ * FASTLN_ERR_BAD_ARGUMENT). */
+int fastln_layer_norm_f32_ex(const float *x, int64_t ldx, float *y, int64_t ldy,
+                             const float *weight, const float *bias, float *mean, float *rstd,
+                             int64_t rows, int64_t cols, double eps, int flags);
+int fastln_layer_norm_f64_ex(const double *x, int64_t ldx, double *y, int64_t ldy,
+                             const double *weight, const double *bias, double *mean,
+                             double *rstd, int64_t rows, int64_t cols, double eps, int flags);
+
 /* RMSNorm: y = x / sqrt(mean(x^2) + eps) * weight, per row; rstd[i] = 1 / sqrt(mean(x_i^2) + eps).
  * weight and rstd may be NULL. The _ld variants take row strides and a double eps, and allow
  * y == x when ldy == ldx, as for layer norm. */

@@ -12,6 +12,9 @@ struct Simd {
   static constexpr int N = 1;
   static inline V Load(const T *p) { return *p; }
   static inline void Store(T *p, V v) { *p = v; }
+  // Non-temporal store where the ISA has one (p aligned to sizeof(V)); a plain store here.
+  static inline void StoreStream(T *p, V v) { *p = v; }
+  static inline void StreamFence() {}
   static inline V Set(T a) { return a; }
   static inline V Zero() { return T(0); }
   static inline V Add(V a, V b) { return a + b; }
@@ -20,6 +23,7 @@ struct Simd {
   // a * b + c. Written as two operations on purpose: the scalar path must not depend on whether the
   // compiler contracts it into an FMA, so that it behaves the same on every target.
   static inline V MulAdd(V a, V b, V c) { return a * b + c; }
+  static inline T First(V a) { return a; }  // lane 0
   static inline T ReduceSum(V a) { return a; }
   // N floats from p, converted to T (used with T = double: float data accumulated in double).
   static inline V LoadFloat(const float *p) { return V(*p); }

@@ -1,0 +1,409 @@
+"""Speed of fastln.layer_norm against the floor and its peers: ``python -m fastln.bench``.
+
+The floor is ``np.multiply(x, c, out=y)``: one streaming pass that reads x and writes y, which a
+layer norm cannot beat. Every implementation runs on the same arrays, interleaved round by round,
+and keeps its best round, so that the ratios hold on a noisy, shared machine.
+
+Implementations (each skipped with a note when its package is missing):
+
+  fastln        fastln.layer_norm
+  floor         np.multiply(x, 1.5[, out=y])
+  numpy         fastln._reference.layer_norm: the float64 NumPy reference (two passes)
+  torch         torch.nn.functional.layer_norm on torch.from_numpy(x) (no copy)
+  onnxruntime   an ONNX LayerNormalization (opset 17) model built with the onnx package
+
+All get weight and bias (gamma, beta) of shape (D,); eps = 1e-5. "out" mode hands fastln and the
+floor a preallocated output and binds one for onnxruntime (torch has no out= here, so it allocates
+in both modes); "alloc" mode lets every implementation allocate its result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import platform
+import sys
+import time
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+import fastln
+from fastln import _reference
+
+PEERS = ("numpy", "torch", "onnxruntime")
+IMPLS = ("fastln", "floor") + PEERS
+
+# The grid of the benchmark suite (bench/): N rows of D values.
+GRID_N = (1, 8, 128, 2048, 8192, 32768)
+GRID_D = (64, 768, 1024, 4096, 16384)
+MAX_BYTES = 512 << 20  # skip shapes whose input is larger than this
+
+# --quick: a few shapes that span the regimes (call overhead, L1/L2-resident, streaming from
+# memory, short rows, long rows).
+QUICK_SHAPES = ((1, 768), (128, 768), (2048, 768), (512, 4096), (32768, 1024), (8, 16384), (8192, 64))
+
+EPS = 1e-5
+
+
+def grid(max_bytes: int = MAX_BYTES, itemsize: int = 4) -> List[Tuple[int, int]]:
+    return [(n, d) for n in GRID_N for d in GRID_D if n * d * itemsize <= max_bytes]
+
+
+# ---- the implementations -------------------------------------------------------------------------
+
+def _have(module: str) -> Optional[str]:
+    """None when `module` imports, else a note saying why it is skipped."""
+    try:
+        __import__(module)
+    except Exception as e:  # noqa: BLE001 (ImportError, or a broken install)
+        return f"{module} skipped: {type(e).__name__}: {e}"
+    return None
+
+
+def _onnx_session(d: int, dtype: np.dtype, threads: int):
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    et = TensorProto.FLOAT if dtype == np.float32 else TensorProto.DOUBLE
+    node = helper.make_node("LayerNormalization", ["X", "W", "B"], ["Y"], axis=-1, epsilon=EPS)
+    graph = helper.make_graph(
+        [node],
+        "ln",
+        [
+            helper.make_tensor_value_info("X", et, ["N", d]),
+            helper.make_tensor_value_info("W", et, [d]),
+            helper.make_tensor_value_info("B", et, [d]),
+        ],
+        [helper.make_tensor_value_info("Y", et, ["N", d])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = min(model.ir_version, 9)  # what current onnxruntime releases accept
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def make_impl(name: str, x: np.ndarray, w: np.ndarray, b: np.ndarray, out: bool,
+              threads: int) -> Callable[[], object]:
+    """A no-argument callable that runs implementation `name` once on x (raises ImportError)."""
+    y = np.empty_like(x)
+    if name == "fastln":
+        ln = fastln.layer_norm
+        if out:
+            return lambda: ln(x, w, b, EPS, out=y)
+        return lambda: ln(x, w, b, EPS)
+    if name == "floor":
+        mul = np.multiply
+        if out:
+            return lambda: mul(x, 1.5, out=y)
+        return lambda: mul(x, 1.5)
+    if name == "numpy":
+        ref = _reference.layer_norm
+        return lambda: ref(x, w, b, EPS)
+    if name == "torch":
+        import torch
+
+        torch.set_num_threads(threads)
+        f = torch.nn.functional.layer_norm
+        xt, wt, bt = torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b)
+        shape = (x.shape[-1],)
+
+        def run_torch():
+            with torch.inference_mode():
+                return f(xt, shape, wt, bt, EPS)
+
+        return run_torch
+    if name == "onnxruntime":
+        import onnxruntime as ort
+
+        sess = _onnx_session(x.shape[-1], x.dtype, threads)
+        if not out:
+            feeds = {"X": x, "W": w, "B": b}
+            return lambda: sess.run(None, feeds)
+        io = sess.io_binding()
+        io.bind_cpu_input("X", x)
+        io.bind_cpu_input("W", w)
+        io.bind_cpu_input("B", b)
+        yv = ort.OrtValue.ortvalue_from_numpy(y)
+        io.bind_ortvalue_output("Y", yv)
+        return lambda: sess.run_with_iobinding(io)
+    raise ValueError(f"unknown implementation {name!r}")
+
+
+def available(names: Sequence[str]) -> Tuple[List[str], List[str]]:
+    """(names that can run here, notes for those that cannot)."""
+    need = {"torch": ["torch"], "onnxruntime": ["onnx", "onnxruntime"]}
+    ok, notes = [], []
+    for n in names:
+        missing = [m for m in (_have(mod) for mod in need.get(n, [])) if m]
+        if missing:
+            notes += missing
+        else:
+            ok.append(n)
+    return ok, notes
+
+
+def inputs(n: int, d: int, dtype, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, d), dtype=np.float64).astype(dtype)
+    w = (1.0 + 0.1 * rng.standard_normal(d)).astype(dtype)
+    b = (0.1 * rng.standard_normal(d)).astype(dtype)
+    return x, w, b
+
+
+# ---- timing --------------------------------------------------------------------------------------
+
+def _calibrate(fn: Callable[[], object], target: float, clock) -> Tuple[int, float]:
+    """(calls per round so that a round lasts about `target` seconds, seconds per call seen)."""
+    fn()  # warm up: first-touch page faults, lazy initialization
+    number = 1
+    while True:
+        t0 = clock()
+        for _ in range(number):
+            fn()
+        dt = clock() - t0
+        if dt >= target / 4 or number >= 1 << 20:
+            return max(1, int(number * target / max(dt, 1e-9))), dt / number
+        number *= 4
+
+
+def time_interleaved(fns: Dict[str, Callable[[], object]], rounds: int,
+                     round_time: float, clock=time.perf_counter) -> Dict[str, float]:
+    """Best seconds per call of each fn; the fns take turns, one round each, `rounds` times."""
+    best, numbers = {}, {}
+    for k, f in fns.items():
+        numbers[k], best[k] = _calibrate(f, round_time, clock)
+    # A fn whose single call outlasts a round (big shapes; the float64 reference) takes part in as
+    # many rounds as fit in ten rounds' time: its noise is small next to its own time.
+    budget = 10 * round_time * rounds
+    quota = {k: min(rounds, max(1, int(budget / best[k]))) for k in fns}
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        for i in range(rounds):
+            for k, f in fns.items():
+                if i >= quota[k]:
+                    continue
+                number = numbers[k]
+                t0 = clock()
+                for _ in range(number):
+                    f()
+                best[k] = min(best[k], (clock() - t0) / number)
+    finally:
+        if gc_was:
+            gc.enable()
+    return best
+
+
+# ---- the report ----------------------------------------------------------------------------------
+
+def run(shapes, dtypes, modes, threads: int, names, rounds: int, round_time: float,
+        log=print) -> List[dict]:
+    fastln.set_num_threads(threads)
+    results = []
+    for dt in dtypes:
+        for n, d in shapes:
+            x, w, b = inputs(n, d, dt)
+            for mode in modes:
+                fns = {k: make_impl(k, x, w, b, mode == "out", threads) for k in names}
+                t = time_interleaved(fns, rounds, round_time)
+                row = {"n": n, "d": d, "dtype": np.dtype(dt).name, "mode": mode,
+                       "threads": threads, "us": {k: v * 1e6 for k, v in t.items()}}
+                results.append(row)
+                log(format_row(row))
+                del fns
+            del x, w, b
+    fastln.set_num_threads(0)
+    return results
+
+
+def _bytes(row) -> int:
+    return 2 * row["n"] * row["d"] * np.dtype(row["dtype"]).itemsize
+
+
+HEADER = ("| dtype | mode | N×D | fastln µs | GB/s | / floor | floor µs | "
+          "× numpy | × torch | × onnxruntime |")
+RULE = "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+
+
+def format_row(row) -> str:
+    us = row["us"]
+    f = us["fastln"]
+    gbs = _bytes(row) / (f * 1e-6) / 1e9
+
+    def cell(k):
+        return f"{us[k] / f:.2f}" if k in us else "–"
+
+    floor = us.get("floor")
+    return (f"| {row['dtype']} | {row['mode']} | {row['n']}×{row['d']} | {f:.2f} | {gbs:.1f} | "
+            f"{f / floor:.2f} | {floor:.2f} | {cell('numpy')} | {cell('torch')} | "
+            f"{cell('onnxruntime')} |") if floor else (
+            f"| {row['dtype']} | {row['mode']} | {row['n']}×{row['d']} | {f:.2f} | {gbs:.1f} | – | – | "
+            f"{cell('numpy')} | {cell('torch')} | {cell('onnxruntime')} |")
+
+
+def summary(results: List[dict]) -> List[str]:
+    """Geometric-mean speedups over each peer, per dtype and mode."""
+    lines = []
+    keys = sorted({(r["dtype"], r["mode"]) for r in results})
+    for dt, mode in keys:
+        rows = [r for r in results if r["dtype"] == dt and r["mode"] == mode]
+        parts = []
+        for k in ("floor",) + PEERS:
+            ratios = [r["us"][k] / r["us"]["fastln"] for r in rows if k in r["us"]]
+            if not ratios:
+                continue
+            g = math.exp(sum(map(math.log, ratios)) / len(ratios))
+            if k == "floor":
+                parts.append(f"time/floor geomean {1 / g:.2f} (worst {1 / min(ratios):.2f})")
+            else:
+                parts.append(f"× {k} geomean {g:.2f} (worst {min(ratios):.2f})")
+        lines.append(f"{dt} {mode}: " + "; ".join(parts))
+    return lines
+
+
+def machine() -> str:
+    name = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    name = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    import os
+
+    return f"{name}, {os.cpu_count()} CPUs"
+
+
+def plot(results: List[dict], path: str) -> None:
+    """GB/s against D, one panel per N, for the out= results (the allocating ones if none)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    mode = "out" if any(r["mode"] == "out" for r in results) else "alloc"
+    results = [r for r in results if r["mode"] == mode]
+    groups = sorted({(r["dtype"], r["n"]) for r in results})
+    groups = [g for g in groups if len({r["d"] for r in results if (r["dtype"], r["n"]) == g}) > 1]
+    if not groups:
+        print(f"--plot: nothing to plot (no N with more than one D); {path} not written")
+        return
+    cols = min(3, len(groups))
+    nrows = math.ceil(len(groups) / cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(3.6 * cols, 2.7 * nrows), squeeze=False)
+    for ax, g in zip(axes.flat, groups):
+        rows = sorted((r for r in results if (r["dtype"], r["n"]) == g), key=lambda r: r["d"])
+        ds = [r["d"] for r in rows]
+        for k in IMPLS:
+            if k not in rows[0]["us"]:
+                continue
+            gbs = [_bytes(r) / (r["us"][k] * 1e-6) / 1e9 for r in rows]
+            style = {"color": "k", "ls": "--", "lw": 1.2} if k == "floor" else {"marker": "o", "ms": 3}
+            ax.plot(ds, gbs, label=k, **style)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ds, [str(v) for v in ds], fontsize=6, rotation=45)
+        ax.minorticks_off()
+        ax.tick_params(axis="y", labelsize=6)
+        ax.set_title(f"{g[0]}, N = {g[1]}", fontsize=8)
+        ax.grid(alpha=0.3)
+    for ax in axes[-1, :]:
+        ax.set_xlabel("D (row length)", fontsize=7)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("GB/s (x + y)", fontsize=7)
+    for ax in list(axes.flat)[len(groups):]:
+        ax.set_visible(False)
+    axes.flat[0].legend(fontsize=6)
+    how = "out= given" if mode == "out" else "allocating"
+    fig.suptitle(f"layer norm throughput, {how}, {results[0]['threads']} thread(s); "
+                 f"floor = np.multiply(x, c, out=y); {machine()}", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=70)
+    print(f"wrote {path}")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m fastln.bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="a few shapes, short rounds (about 20 s)")
+    p.add_argument("--full", action="store_true",
+                   help="the whole N×D grid of the bench/ suite (inputs up to 512 MiB); slow")
+    p.add_argument("--threads", type=int, default=1, help="threads for fastln, torch, onnxruntime")
+    p.add_argument("--dtype", default="float32", help="float32, float64 or float32,float64")
+    p.add_argument("--mode", default="out,alloc", help="out, alloc or out,alloc")
+    p.add_argument("--impl", default=",".join(IMPLS), help="implementations to run")
+    p.add_argument("--shapes", default=None, help="e.g. 1x768,2048x768 (overrides the grid)")
+    p.add_argument("--rounds", type=int, default=None)
+    p.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    p.add_argument("--plot", metavar="FILE.png", help="plot GB/s against D (needs matplotlib)")
+    p.add_argument("--training", action="store_true",
+                   help="also the backward passes and rms_norm against torch (fastln._bench_training)")
+    a = p.parse_args(argv)
+    if a.threads < 1:
+        p.error("--threads must be >= 1")
+
+    dtypes = [np.dtype(s) for s in a.dtype.split(",")]
+    modes = a.mode.split(",")
+    if not set(modes) <= {"out", "alloc"}:
+        p.error("--mode takes out, alloc or both")
+    names = [s for s in a.impl.split(",") if s]
+    if "fastln" not in names:
+        names.insert(0, "fastln")
+    unknown = set(names) - set(IMPLS)
+    if unknown:
+        p.error(f"unknown implementations {sorted(unknown)}; known: {', '.join(IMPLS)}")
+    names, notes = available(names)
+    if a.plot and _have("matplotlib"):
+        notes.append(_have("matplotlib") + " (no plot)")
+        a.plot = None
+
+    if a.shapes:
+        shapes = [tuple(int(v) for v in s.lower().split("x")) for s in a.shapes.split(",")]
+    elif a.quick:
+        shapes = list(QUICK_SHAPES)
+    elif a.full:
+        shapes = grid(MAX_BYTES, max(dt.itemsize for dt in dtypes))
+    else:
+        shapes = grid(64 << 20, max(dt.itemsize for dt in dtypes))
+    # Many short rounds rather than a few long ones: on a busy machine the best round is then more
+    # likely to fall in a quiet moment.
+    rounds = a.rounds or (12 if a.quick else 15)
+    round_time = 0.002 if a.quick else 0.01
+
+    info = fastln.runtime_info()
+    print(f"fastln {info['version']} isa={info['isa']} threads={a.threads}; {machine()}; "
+          f"numpy {np.__version__}")
+    for note in notes:
+        print(f"note: {note}")
+    print("µs: best round, per call. GB/s: bytes of x and y over fastln's time. / floor: fastln time "
+          "over np.multiply(x, c[, out=y]) time. × peer: peer time over fastln time.")
+    print(HEADER)
+    print(RULE)
+    results = run(shapes, dtypes, modes, a.threads, names, rounds, round_time)
+    print()
+    for line in summary(results):
+        print(line)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"machine": machine(), "runtime": info, "numpy": np.__version__,
+                       "results": results}, f, indent=1)
+        print(f"wrote {a.json}")
+    if a.plot:
+        plot(results, a.plot)
+    if a.training:
+        from fastln import _bench_training as tb
+
+        print("\nTraining ops, float32, 1 thread (python -m fastln._bench_training):")
+        shapes_t = tb.QUICK_SHAPES if a.quick else tb.SHAPES
+        print(tb.markdown(tb.training_rows(shapes_t, 5 if a.quick else 15)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
