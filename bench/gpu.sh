@@ -51,5 +51,7 @@ if ! timeout 200 "$PY" bench/gpu_bench.py --out "$OUTDIR" --budget 170 2>&1 | te
   BENCH=FAILED
 fi
 
+[ -f "$OUTDIR/gpu_bench.md" ] && echo "- CUDA tests in this run: $TESTS" >>"$OUTDIR/gpu_bench.md"
+
 phase "done: tests $TESTS, benchmark $BENCH; results in $OUTDIR"
 [ "$TESTS" = passed ] && [ "$BENCH" = ok ]
