@@ -11,7 +11,8 @@
 //  - The grid is persistent: as many blocks as fit on the device at once, each looping over rows.
 //  - Statistics: the row is shifted by its first element before summing (as the CPU path does), so
 //    that a row at an offset of 1e6 keeps the digits of its spread; the variance is then a second
-//    pass over the registers, sum((d - mean_d)^2), which costs no memory traffic.
+//    pass over the registers, sum((d - mean_d)^2), which costs no memory traffic. A row whose
+//    squares could overflow float32 is scaled by a power of two first (OverflowScale).
 //  - Backward: dweight/dbias partials accumulate per block in shared memory (every thread owns
 //    fixed columns), are folded in a fixed order into one float32 row per block of a workspace, and
 //    a second kernel sums those rows in a fixed order. No atomics: results are bitwise repeatable.
@@ -131,17 +132,24 @@ __device__ __forceinline__ float *DynamicSmem() {
 
 // ---- reductions over the TPR threads of a row ---------------------------------------------------
 
-// Sums N values over the TPR threads of each row group; every thread of the group gets the same
-// bits (a xor butterfly adds the same pairs on both sides, and the cross-warp step reads shared
-// memory in a fixed order). `red` holds RPB * (TPR / 32) * N floats when TPR > 32. Every thread of
-// the block must call it (it may contain __syncthreads).
-template <int TPR, int N>
+// Reduces N values over the TPR threads of each row group: sums, except the last NMAX, which are
+// maxima. Every thread of the group gets the same bits (a xor butterfly combines the same pairs on
+// both sides, and the cross-warp step reads shared memory in a fixed order). `red` holds
+// RPB * (TPR / 32) * N floats when TPR > 32. Every thread of the block must call it (it may
+// contain __syncthreads).
+template <int N, int NMAX>
+__device__ __forceinline__ float Combine(int j, float a, float b) {
+  return j >= N - NMAX ? fmaxf(a, b) : a + b;
+}
+
+template <int TPR, int N, int NMAX = 0>
 __device__ __forceinline__ void RowSum(float (&s)[N], float *red, int group, int t) {
   constexpr int kLanes = TPR < 32 ? TPR : 32;
 #pragma unroll
   for (int o = kLanes / 2; o > 0; o >>= 1) {
 #pragma unroll
-    for (int j = 0; j < N; ++j) s[j] += __shfl_xor_sync(0xffffffffu, s[j], o);
+    for (int j = 0; j < N; ++j)
+      s[j] = Combine<N, NMAX>(j, s[j], __shfl_xor_sync(0xffffffffu, s[j], o));
   }
   if constexpr (TPR > 32) {
     constexpr int kWarps = TPR / 32;
@@ -155,7 +163,7 @@ __device__ __forceinline__ void RowSum(float (&s)[N], float *red, int group, int
     for (int j = 0; j < N; ++j) {
       float tot = 0.f;
 #pragma unroll
-      for (int w = 0; w < kWarps; ++w) tot += g[w * N + j];
+      for (int w = 0; w < kWarps; ++w) tot = Combine<N, NMAX>(j, tot, g[w * N + j]);
       s[j] = tot;
     }
     __syncthreads();  // `red` is reused by the next call
@@ -177,9 +185,31 @@ __device__ __forceinline__ float RowBroadcast(float v, float *slot, int t) {
 }
 
 // A block-wide sum of N values for the loop kernels (one row per block).
-template <int BLOCK, int N>
+template <int BLOCK, int N, int NMAX = 0>
 __device__ __forceinline__ void BlockSum(float (&s)[N], float *red) {
-  RowSum<BLOCK, N>(s, red, 0, threadIdx.x);
+  RowSum<BLOCK, N, NMAX>(s, red, 0, threadIdx.x);
+}
+
+// Rows whose sums of squares could overflow float32 (|x| up to 3.4e38, squares summed over n) are
+// scaled by a power of two, which is exact, before their squares are summed. Scale for a row
+// whose largest magnitude (after the shift) is `amax`: 1 for every ordinary row.
+__device__ __forceinline__ float OverflowScale(float amax, float n) {
+  if (!(amax >= sqrtf(3.0e38f / n)) || !isfinite(amax)) return 1.f;  // Inf/NaN rows give NaN anyway
+  return ldexpf(1.f, -ilogbf(amax));
+}
+
+// Whether any row group of the warp (TPR <= 32) or of the block (several groups of more than a
+// warp) has `flag`: every thread then takes the same shuffles and barriers. A block of one row
+// group already agrees.
+template <int TPR, int RPB>
+__device__ __forceinline__ bool AnyInGroupSet(bool flag) {
+  if constexpr (TPR <= 32) {
+    return __any_sync(0xffffffffu, flag);
+  } else if constexpr (RPB > 1) {
+    return __syncthreads_or(flag) != 0;
+  } else {
+    return flag;
+  }
 }
 
 // ---- forward ---------------------------------------------------------------------------------------
@@ -208,7 +238,7 @@ template <class T, int VEC, int TPR, int ITEMS, int BLOCK>
 __global__ void __launch_bounds__(BLOCK) FwdRegKernel(FwdArgs a) {
   constexpr int RPB = BLOCK / TPR;
   constexpr int kWarps = TPR > 32 ? TPR / 32 : 1;
-  __shared__ float red[RPB * kWarps * 1];
+  __shared__ float red[RPB * kWarps * 2];
   __shared__ float piv[RPB];
   const int group = threadIdx.x / TPR, t = threadIdx.x % TPR;
   const FwdArrays<T> arr(a);
@@ -239,18 +269,36 @@ __global__ void __launch_bounds__(BLOCK) FwdRegKernel(FwdArgs a) {
       }
     }
 
-    float mean = 0.f, rstd;
+    // r: 1 / sqrt(var + eps) in the units of the values held (scaled when the row is huge).
+    float mean = 0.f, rstd, r;
     if (a.rms) {
-      float s[1] = {0.f};
+      float s[2] = {0.f, 0.f};  // sum of squares, max |x|
 #pragma unroll
       for (int i = 0; i < ITEMS; ++i)
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) s[0] = fmaf(v[i][k], v[i][k], s[0]);
-      RowSum<TPR, 1>(s, red, group, t);
-      rstd = 1.f / sqrtf(s[0] / n + a.eps);
+        for (int k = 0; k < VEC; ++k) {
+          s[0] = fmaf(v[i][k], v[i][k], s[0]);
+          s[1] = fmaxf(s[1], fabsf(v[i][k]));
+        }
+      RowSum<TPR, 2, 1>(s, red, group, t);
+      const float scale = OverflowScale(s[1], n);
+      if (AnyInGroupSet<TPR, RPB>(scale != 1.f)) {
+        float q[1] = {0.f};
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i)
+#pragma unroll
+          for (int k = 0; k < VEC; ++k) {
+            v[i][k] *= scale;
+            q[0] = fmaf(v[i][k], v[i][k], q[0]);
+          }
+        RowSum<TPR, 1>(q, red, group, t);
+        s[0] = q[0];
+      }
+      r = 1.f / sqrtf(s[0] / n + a.eps * scale * scale);
+      rstd = r * scale;
     } else {
       const float pivot = RowBroadcast<TPR>(v[0][0], &piv[group], t);
-      float s[1] = {0.f};
+      float s[2] = {0.f, 0.f};  // sum of x - pivot, max |x - pivot|
 #pragma unroll
       for (int i = 0; i < ITEMS; ++i) {
         const bool in = (int64_t(i) * TPR + t) * VEC < cols;
@@ -258,9 +306,23 @@ __global__ void __launch_bounds__(BLOCK) FwdRegKernel(FwdArgs a) {
         for (int k = 0; k < VEC; ++k) {
           v[i][k] = in ? v[i][k] - pivot : 0.f;
           s[0] += v[i][k];
+          s[1] = fmaxf(s[1], fabsf(v[i][k]));
         }
       }
-      RowSum<TPR, 1>(s, red, group, t);
+      RowSum<TPR, 2, 1>(s, red, group, t);
+      const float scale = OverflowScale(s[1], n);
+      if (AnyInGroupSet<TPR, RPB>(scale != 1.f)) {
+        float q[1] = {0.f};
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i)
+#pragma unroll
+          for (int k = 0; k < VEC; ++k) {
+            v[i][k] *= scale;
+            q[0] += v[i][k];
+          }
+        RowSum<TPR, 1>(q, red, group, t);
+        s[0] = q[0];
+      }
       const float md = s[0] / n;
       float q[1] = {0.f};
 #pragma unroll
@@ -273,8 +335,9 @@ __global__ void __launch_bounds__(BLOCK) FwdRegKernel(FwdArgs a) {
         }
       }
       RowSum<TPR, 1>(q, red, group, t);
-      rstd = 1.f / sqrtf(q[0] / n + a.eps);
-      mean = pivot + md;
+      r = 1.f / sqrtf(q[0] / n + a.eps * scale * scale);
+      rstd = r * scale;
+      mean = pivot + md / scale;
     }
 
     if (valid) {
@@ -287,7 +350,7 @@ __global__ void __launch_bounds__(BLOCK) FwdRegKernel(FwdArgs a) {
           if (a.b) LoadParams<VEC>(a.b + c, b);
 #pragma unroll
           for (int k = 0; k < VEC; ++k) {
-            float u = v[i][k] * rstd;
+            float u = v[i][k] * r;
             if (a.w) u *= w[k];
             if (a.b) u += b[k];
             o[k] = u;
@@ -309,7 +372,7 @@ __global__ void __launch_bounds__(BLOCK) FwdRegKernel(FwdArgs a) {
 // not wanted.
 template <class T, int VEC, int BLOCK>
 __global__ void __launch_bounds__(BLOCK) FwdLoopKernel(FwdArgs a) {
-  __shared__ float red[BLOCK / 32 * 1];
+  __shared__ float red[BLOCK / 32 * 2];
   const FwdArrays<T> arr(a);
   const T *X = arr.x, *R = arr.r;
   T *Y = arr.y, *H = arr.h;
@@ -338,7 +401,7 @@ __global__ void __launch_bounds__(BLOCK) FwdLoopKernel(FwdArgs a) {
       }
     };
     const float shift = a.rms ? 0.f : pivot;
-    float s[1] = {0.f};
+    float s[2] = {0.f, 0.f};  // sum of (x - shift) or of its squares; max |x - shift|
     for (int64_t c = int64_t(threadIdx.x) * VEC; c < cols; c += step) {
       float v[VEC];
       load(c, v, true);
@@ -346,12 +409,29 @@ __global__ void __launch_bounds__(BLOCK) FwdLoopKernel(FwdArgs a) {
       for (int k = 0; k < VEC; ++k) {
         const float d = v[k] - shift;
         s[0] = a.rms ? fmaf(d, d, s[0]) : s[0] + d;
+        s[1] = fmaxf(s[1], fabsf(d));
       }
     }
-    BlockSum<BLOCK, 1>(s, red);
-    float md = 0.f, rstd;
+    BlockSum<BLOCK, 2, 1>(s, red);
+    const float scale = OverflowScale(s[1], n);  // the same in every thread of the block
+    if (scale != 1.f) {
+      float q[1] = {0.f};
+      for (int64_t c = int64_t(threadIdx.x) * VEC; c < cols; c += step) {
+        float v[VEC];
+        load(c, v, false);
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {
+          const float d = (v[k] - shift) * scale;
+          q[0] = a.rms ? fmaf(d, d, q[0]) : q[0] + d;
+        }
+      }
+      BlockSum<BLOCK, 1>(q, red);
+      s[0] = q[0];
+    }
+    // r: 1 / sqrt(var + eps) in the scaled units
+    float md = 0.f, r;
     if (a.rms) {
-      rstd = 1.f / sqrtf(s[0] / n + a.eps);
+      r = 1.f / sqrtf(s[0] / n + a.eps * scale * scale);
     } else {
       md = s[0] / n;
       float q[1] = {0.f};
@@ -360,13 +440,14 @@ __global__ void __launch_bounds__(BLOCK) FwdLoopKernel(FwdArgs a) {
         load(c, v, false);
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
-          const float d = v[k] - pivot - md;
+          const float d = (v[k] - pivot) * scale - md;
           q[0] = fmaf(d, d, q[0]);
         }
       }
       BlockSum<BLOCK, 1>(q, red);
-      rstd = 1.f / sqrtf(q[0] / n + a.eps);
+      r = 1.f / sqrtf(q[0] / n + a.eps * scale * scale);
     }
+    const float rstd = r * scale;
     for (int64_t c = int64_t(threadIdx.x) * VEC; c < cols; c += step) {
       float v[VEC], o[VEC], w[VEC], b[VEC];
       load(c, v, false);
@@ -374,7 +455,7 @@ __global__ void __launch_bounds__(BLOCK) FwdLoopKernel(FwdArgs a) {
       if (a.b) LoadParams<VEC>(a.b + c, b);
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
-        float u = (v[k] - shift - md) * rstd;
+        float u = ((v[k] - shift) * scale - md) * r;
         if (a.w) u *= w[k];
         if (a.b) u += b[k];
         o[k] = u;
@@ -382,7 +463,7 @@ __global__ void __launch_bounds__(BLOCK) FwdLoopKernel(FwdArgs a) {
       StoreF<T, VEC>(yr + c, o);
     }
     if (threadIdx.x == 0) {
-      if (a.mean) a.mean[row] = pivot + md;
+      if (a.mean) a.mean[row] = pivot + md / scale;
       if (a.rstd) a.rstd[row] = rstd;
     }
     __syncthreads();  // the next row's pivot read must follow this row's writes
