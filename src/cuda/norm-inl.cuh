@@ -214,6 +214,29 @@ __device__ __forceinline__ bool AnyInGroupSet(bool flag) {
 
 // ---- forward ---------------------------------------------------------------------------------------
 
+// After a first reduction s = {sum of the held values (or of their squares), max |value|}: when
+// the row's squares could overflow, scales the held values by a power of two and sums them (or
+// their squares) again into s[0]. Returns the scale, 1 for ordinary rows.
+template <int TPR, int RPB, int ITEMS, int VEC>
+__device__ __forceinline__ float RescaleIfHuge(float (&v)[ITEMS][VEC], float (&s)[2], bool squares,
+                                               float n, float *red, int group, int t) {
+  const float scale = OverflowScale(s[1], n);
+  if (AnyInGroupSet<TPR, RPB>(scale != 1.f)) {
+    float q[1] = {0.f};
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i)
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        v[i][k] *= scale;
+        q[0] = squares ? fmaf(v[i][k], v[i][k], q[0]) : q[0] + v[i][k];
+      }
+    RowSum<TPR, 1>(q, red, group, t);
+    s[0] = q[0];
+  }
+  return scale;
+}
+
+
 // The arguments' arrays as T.
 template <class T>
 struct FwdArrays {
@@ -281,19 +304,7 @@ __global__ void __launch_bounds__(BLOCK) FwdRegKernel(FwdArgs a) {
           s[1] = fmaxf(s[1], fabsf(v[i][k]));
         }
       RowSum<TPR, 2, 1>(s, red, group, t);
-      const float scale = OverflowScale(s[1], n);
-      if (AnyInGroupSet<TPR, RPB>(scale != 1.f)) {
-        float q[1] = {0.f};
-#pragma unroll
-        for (int i = 0; i < ITEMS; ++i)
-#pragma unroll
-          for (int k = 0; k < VEC; ++k) {
-            v[i][k] *= scale;
-            q[0] = fmaf(v[i][k], v[i][k], q[0]);
-          }
-        RowSum<TPR, 1>(q, red, group, t);
-        s[0] = q[0];
-      }
+      const float scale = RescaleIfHuge<TPR, RPB>(v, s, true, n, red, group, t);
       r = 1.f / sqrtf(s[0] / n + a.eps * scale * scale);
       rstd = r * scale;
     } else {
@@ -310,19 +321,7 @@ __global__ void __launch_bounds__(BLOCK) FwdRegKernel(FwdArgs a) {
         }
       }
       RowSum<TPR, 2, 1>(s, red, group, t);
-      const float scale = OverflowScale(s[1], n);
-      if (AnyInGroupSet<TPR, RPB>(scale != 1.f)) {
-        float q[1] = {0.f};
-#pragma unroll
-        for (int i = 0; i < ITEMS; ++i)
-#pragma unroll
-          for (int k = 0; k < VEC; ++k) {
-            v[i][k] *= scale;
-            q[0] += v[i][k];
-          }
-        RowSum<TPR, 1>(q, red, group, t);
-        s[0] = q[0];
-      }
+      const float scale = RescaleIfHuge<TPR, RPB>(v, s, false, n, red, group, t);
       const float md = s[0] / n;
       float q[1] = {0.f};
 #pragma unroll
