@@ -5,8 +5,8 @@ FASTLN_OPS_BEGIN
 // ---------------------------------------------------------------------------------------------
 // Statistics in one read of the row: Welford per lane, kAcc independent accumulators of N lanes.
 //
-// With kShift, values are shifted by a pivot K (the row's first element) before Welford runs. At a
-// large offset (x ~ 1e6 +- 1) x - K is exact in T (Sterbenz), so the running mean of the shifted
+// With kShift, values are shifted by a pivot K (the unshifted pass's estimate of the mean) before
+// Welford runs. At a large offset (x ~ 1e6 +- 1) x - K is exact in T (Sterbenz), so the running mean of the shifted
 // values keeps all its digits even in float32: torch's float32 Welford mean loses ~0.06 there. The
 // mean is then K + mean_d, a hi/lo pair that the normalize pass subtracts in two steps. The shift
 // costs one of the five operations per vector, and it only matters when |mean| is large next to the
@@ -341,7 +341,10 @@ void LayerNormRowsT(const LayerNormArgs<T> &a, int64_t r0, int64_t r1) {
     // Also true for NaN: such rows take the shifted pass and then the exact path.
     const bool near = mean * mean <= kNear * kNear * var;
     if (!near) {
-      const T pivot = x[0];
+      // The pivot is the first pass's mean, not a data value: the shifted running means then stay
+      // within a few standard deviations of zero and keep their digits. A data value as pivot can be
+      // an outlier, sqrt(n) deviations away, and the float32 running mean then loses that factor.
+      const T pivot = T(mean);
       const Moments ms = RowMoments<T, true>(x, n, pivot, NoJob{});
       var = ms.m2 * inv_n;
       mean = double(pivot) + ms.mean;
