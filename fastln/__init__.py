@@ -19,7 +19,7 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 
-from . import _core, _cuda_api, _training
+from . import _add_norm, _core, _cuda_api, _training
 from ._args import (
     as_float_array,
     check_eps,
@@ -140,6 +140,8 @@ def layer_norm(
     axis: int = -1,
     out: Optional[np.ndarray] = None,
     return_stats: bool = False,
+    residual: Optional[ArrayLike] = None,
+    residual_out: Optional[np.ndarray] = None,
 ):
     """Layer normalization (Ba, Kiros & Hinton, 2016) over the axes [axis, x.ndim).
 
@@ -149,18 +151,25 @@ def layer_norm(
 
     Parameters
     ----------
-    x : array_like of float32 or float64, ndim >= 1, any strides; or a CuPy array / torch CUDA
-        tensor of float32, float16 or bfloat16, which runs on the GPU and returns the same kind
-        (weight and bias then on the same device; mean and rstd float32).
-    weight, bias : None, or arrays of shape x.shape[axis:] (cast to x's dtype).
+    x : array_like of float32, float64, float16 or bfloat16 (ml_dtypes), ndim >= 1, any strides.
+        float16 and bfloat16 are computed in float32 and rounded once to x's dtype. A CuPy array
+        or torch CUDA tensor (float32, float16, bfloat16) runs on its GPU and gives the same kind
+        back; its weight, bias and residual must be on the same device.
+    weight, bias : None, or arrays of shape x.shape[axis:] (cast to x's dtype; to float32 for
+        float16 and bfloat16 x).
     eps : float >= 0, added to the variance.
     axis : first normalized axis (negative counts from the end).
     out : array of x's shape and dtype to write into; may be x itself (in place).
-    return_stats : also return mean and rstd = 1/sqrt(var + eps), of shape x.shape[:axis].
+    return_stats : also return mean and rstd = 1/sqrt(var + eps), of shape x.shape[:axis]
+        (float32 for float16 and bfloat16 x).
+    residual : array of x's shape and dtype. Then h = x + residual (rounded once to x's dtype,
+        exactly NumPy's x + residual) is normalized instead of x, and returned too: the residual
+        add of a transformer block, fused into the norm (x and residual are read once).
+    residual_out : array of x's shape and dtype to write h into; may be x or residual itself.
 
     Returns
     -------
-    y, or (y, mean, rstd) when return_stats is true.
+    y; (y, h) with residual; either followed by mean, rstd when return_stats is true.
 
     Examples
     --------
@@ -171,16 +180,25 @@ def layer_norm(
     >>> y, mean, rstd = fastln.layer_norm(x, return_stats=True)
     >>> float(mean[0])
     2.5
+    >>> y, h = fastln.layer_norm(x, residual=np.ones_like(x))
+    >>> h
+    array([[2., 3., 4., 5.]], dtype=float32)
     """
-    # The common call (a C-contiguous float32/float64 array over its last axis, plain parameters,
-    # out None or not overlapping x) runs with its checks done in C: at D = 768 the general path
-    # below costs several times the kernel. Any other call gets None back and takes that path.
-    y = _core.layer_norm_fast(x, weight, bias, eps, out, axis, return_stats)
-    if y is not None:
-        return y
-    if _cuda_api.on_gpu(x, weight, bias):
+    if residual is None and residual_out is None:
+        # The common call (a C-contiguous float32/float64 array over its last axis, plain
+        # parameters, out None or not overlapping x) runs with its checks done in C: at D = 768 the
+        # general path below costs several times the kernel. Any other call gets None back.
+        y = _core.layer_norm_fast(x, weight, bias, eps, out, axis, return_stats)
+        if y is not None:
+            return y
+    if _cuda_api.on_gpu(x, weight, bias, residual, residual_out):
         return _cuda_api.layer_norm(x, weight, bias, eps, axis=axis, out=out,
-                                    return_stats=return_stats)
+                                    return_stats=return_stats, residual=residual,
+                                    residual_out=residual_out)
+    if residual is not None or residual_out is not None or _add_norm.is_16bit(x):
+        return _add_norm.norm(
+            False, x, weight, bias, eps, axis, out, return_stats, residual, residual_out
+        )
     x = as_float_array(x, "x")
     ndim = x.ndim
     if ndim == 0:
@@ -260,7 +278,7 @@ class LayerNorm(_NormModule):
         super().__init__(normalized_shape, eps, elementwise_affine, bias, dtype)
 
     def __call__(self, x: ArrayLike, *, out: Optional[np.ndarray] = None) -> np.ndarray:
-        x = as_float_array(x, "x")
+        x = _add_norm.as_input(x, "x")
         return layer_norm(x, self.weight, self.bias, self.eps, axis=self._axis(x), out=out)
 
     def _forward(self, x, ax):

@@ -91,3 +91,15 @@ def check_out(out, x: np.ndarray) -> np.ndarray:
     return out
 
 
+
+
+def split_axis(x: np.ndarray, axis) -> tuple:
+    """(axis, rows, cols, normalized shape) of x normalized over [axis, ndim)."""
+    if x.ndim == 0:
+        raise ValueError("x must have at least one dimension")
+    ax = normalize_axis(axis, x.ndim)
+    norm_shape = x.shape[ax:]
+    cols = math.prod(norm_shape)
+    if cols == 0:
+        raise ValueError(f"cannot normalize over a zero-size shape {norm_shape}")
+    return ax, math.prod(x.shape[:ax]), cols, norm_shape

@@ -43,6 +43,24 @@ def norm_backward_2d(
     dweight: Optional[np.ndarray],
     dbias: Optional[np.ndarray],
 ) -> None: ...
+
+NATIVE: int
+FLOAT16: int
+BFLOAT16: int
+
+def add_norm_2d(
+    x: np.ndarray,
+    residual: Optional[np.ndarray],
+    h: Optional[np.ndarray],
+    y: np.ndarray,
+    weight: Optional[np.ndarray],
+    bias: Optional[np.ndarray],
+    mean: Optional[np.ndarray],
+    rstd: Optional[np.ndarray],
+    eps: float,
+    fmt: int,
+    rms: bool,
+) -> None: ...
 def isa() -> str: ...
 def best_isa() -> str: ...
 def isa_supported(name: str) -> bool: ...

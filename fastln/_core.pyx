@@ -5,7 +5,7 @@
 # crashing), takes raw pointers, releases the GIL, and maps status codes to exceptions.
 
 cimport numpy as cnp
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, uint16_t
 
 cnp.import_array()
 
@@ -45,6 +45,38 @@ cdef extern from "fastln/fastln.h" nogil:
                                         int64_t ldx, const double *rstd, const double *weight,
                                         double *dx, int64_t lddx, double *dweight, int64_t rows,
                                         int64_t cols)
+    int fastln_add_layer_norm_f32(const float *x, int64_t ldx, const float *residual, int64_t ldr,
+                                  float *h, int64_t ldh, float *y, int64_t ldy,
+                                  const float *weight, const float *bias, float *mean,
+                                  float *rstd, int64_t rows, int64_t cols, double eps)
+    int fastln_add_layer_norm_f64(const double *x, int64_t ldx, const double *residual,
+                                  int64_t ldr, double *h, int64_t ldh, double *y, int64_t ldy,
+                                  const double *weight, const double *bias, double *mean,
+                                  double *rstd, int64_t rows, int64_t cols, double eps)
+    int fastln_add_layer_norm_f16(const uint16_t *x, int64_t ldx, const uint16_t *residual,
+                                  int64_t ldr, uint16_t *h, int64_t ldh, uint16_t *y, int64_t ldy,
+                                  const float *weight, const float *bias, float *mean,
+                                  float *rstd, int64_t rows, int64_t cols, double eps)
+    int fastln_add_layer_norm_bf16(const uint16_t *x, int64_t ldx, const uint16_t *residual,
+                                   int64_t ldr, uint16_t *h, int64_t ldh, uint16_t *y,
+                                   int64_t ldy, const float *weight, const float *bias,
+                                   float *mean, float *rstd, int64_t rows, int64_t cols,
+                                   double eps)
+    int fastln_add_rms_norm_f32(const float *x, int64_t ldx, const float *residual, int64_t ldr,
+                                float *h, int64_t ldh, float *y, int64_t ldy, const float *weight,
+                                float *rstd, int64_t rows, int64_t cols, double eps)
+    int fastln_add_rms_norm_f64(const double *x, int64_t ldx, const double *residual,
+                                int64_t ldr, double *h, int64_t ldh, double *y, int64_t ldy,
+                                const double *weight, double *rstd, int64_t rows, int64_t cols,
+                                double eps)
+    int fastln_add_rms_norm_f16(const uint16_t *x, int64_t ldx, const uint16_t *residual,
+                                int64_t ldr, uint16_t *h, int64_t ldh, uint16_t *y, int64_t ldy,
+                                const float *weight, float *rstd, int64_t rows, int64_t cols,
+                                double eps)
+    int fastln_add_rms_norm_bf16(const uint16_t *x, int64_t ldx, const uint16_t *residual,
+                                 int64_t ldr, uint16_t *h, int64_t ldh, uint16_t *y, int64_t ldy,
+                                 const float *weight, float *rstd, int64_t rows, int64_t cols,
+                                 double eps)
     const char *fastln_status_string(int status)
     const char *fastln_isa()
     const char *fastln_best_isa()
@@ -297,6 +329,111 @@ def norm_backward_2d(cnp.ndarray dy, cnp.ndarray x, mean, rstd, weight, cnp.ndar
                     <const double *>pdy, lddy, <const double *>px, ldx, <const double *>r,
                     <const double *>w, <double *>pdx, lddx, <double *>dw, rows, cols)
     _check(status)
+
+
+# Storage formats of add_norm_2d: the dtype's own for float32/float64; 16-bit bits otherwise.
+cdef enum:
+    _NATIVE = 0
+    _FLOAT16 = 1
+    _BFLOAT16 = 2
+
+NATIVE = _NATIVE
+FLOAT16 = _FLOAT16
+BFLOAT16 = _BFLOAT16
+
+
+def add_norm_2d(cnp.ndarray x, residual, h, cnp.ndarray y, weight, bias, mean, rstd,
+                double eps, int fmt, bint rms):
+    """y[i, :] = layer norm (rms: RMS norm) of h[i, :] = x[i, :] + residual[i, :] (residual None:
+    of x[i, :]).
+
+    x, residual, h, y: 2-D, one dtype, unit inner stride; h may be x or residual. fmt NATIVE:
+    float32 or float64, with parameters and statistics of that dtype; FLOAT16 or BFLOAT16: 2-byte
+    elements, float32 parameters and statistics. RMS norm takes no bias and no mean.
+    """
+    if rms and (bias is not None or mean is not None):
+        raise ValueError("internal: RMS norm has no bias and no mean")
+    cdef int t = cnp.PyArray_TYPE(x)
+    cdef int p
+    if fmt == _NATIVE:
+        if t != cnp.NPY_FLOAT32 and t != cnp.NPY_FLOAT64:
+            raise TypeError("internal: x must be float32 or float64")
+        p = t
+    elif fmt == _FLOAT16 or fmt == _BFLOAT16:
+        if cnp.PyArray_ITEMSIZE(x) != 2 or (fmt == _FLOAT16 and t != cnp.NPY_FLOAT16):
+            raise TypeError("internal: x must hold 2-byte floats")
+        p = cnp.NPY_FLOAT32
+    else:
+        raise ValueError("internal: unknown storage format")
+    if cnp.PyArray_NDIM(x) != 2:
+        raise ValueError("internal: x must be 2-D")
+    cdef int64_t rows = cnp.PyArray_DIMS(x)[0], cols = cnp.PyArray_DIMS(x)[1]
+    cdef int64_t ldx = _ld(x, cols), ldy = _rows_of(y, x, rows, cols, True)
+    cdef int64_t ldr = 0, ldh = 0
+    cdef void *pr = NULL
+    cdef void *ph = NULL
+    if residual is not None:
+        ldr = _rows_of(residual, x, rows, cols, False)
+        ldh = _rows_of(h, x, rows, cols, True)
+        pr = cnp.PyArray_DATA(<cnp.ndarray>residual)
+        ph = cnp.PyArray_DATA(<cnp.ndarray>h)
+    cdef void *w = _vec(weight, p, cols, False)
+    cdef void *b = _vec(bias, p, cols, False)
+    cdef void *m = _vec(mean, p, rows, True)
+    cdef void *r = _vec(rstd, p, rows, True)
+    cdef void *px = cnp.PyArray_DATA(x)
+    cdef void *py = cnp.PyArray_DATA(y)
+    cdef int status
+    with nogil:
+        if rms:
+            if fmt == _FLOAT16:
+                status = fastln_add_rms_norm_f16(
+                    <const uint16_t *>px, ldx, <const uint16_t *>pr, ldr, <uint16_t *>ph, ldh,
+                    <uint16_t *>py, ldy, <const float *>w, <float *>r, rows, cols, eps)
+            elif fmt == _BFLOAT16:
+                status = fastln_add_rms_norm_bf16(
+                    <const uint16_t *>px, ldx, <const uint16_t *>pr, ldr, <uint16_t *>ph, ldh,
+                    <uint16_t *>py, ldy, <const float *>w, <float *>r, rows, cols, eps)
+            elif t == cnp.NPY_FLOAT32:
+                status = fastln_add_rms_norm_f32(
+                    <const float *>px, ldx, <const float *>pr, ldr, <float *>ph, ldh,
+                    <float *>py, ldy, <const float *>w, <float *>r, rows, cols, eps)
+            else:
+                status = fastln_add_rms_norm_f64(
+                    <const double *>px, ldx, <const double *>pr, ldr, <double *>ph, ldh,
+                    <double *>py, ldy, <const double *>w, <double *>r, rows, cols, eps)
+        elif fmt == _FLOAT16:
+            status = fastln_add_layer_norm_f16(
+                <const uint16_t *>px, ldx, <const uint16_t *>pr, ldr, <uint16_t *>ph, ldh,
+                <uint16_t *>py, ldy, <const float *>w, <const float *>b, <float *>m, <float *>r,
+                rows, cols, eps)
+        elif fmt == _BFLOAT16:
+            status = fastln_add_layer_norm_bf16(
+                <const uint16_t *>px, ldx, <const uint16_t *>pr, ldr, <uint16_t *>ph, ldh,
+                <uint16_t *>py, ldy, <const float *>w, <const float *>b, <float *>m, <float *>r,
+                rows, cols, eps)
+        elif t == cnp.NPY_FLOAT32:
+            status = fastln_add_layer_norm_f32(
+                <const float *>px, ldx, <const float *>pr, ldr, <float *>ph, ldh, <float *>py, ldy,
+                <const float *>w, <const float *>b, <float *>m, <float *>r, rows, cols, eps)
+        else:
+            status = fastln_add_layer_norm_f64(
+                <const double *>px, ldx, <const double *>pr, ldr, <double *>ph, ldh,
+                <double *>py, ldy, <const double *>w, <const double *>b, <double *>m,
+                <double *>r, rows, cols, eps)
+    _check(status)
+
+
+cdef inline int64_t _rows_of(object a, cnp.ndarray x, int64_t rows, int64_t cols,
+                               bint writable) except -1:
+    """Row stride of a, which must have x's dtype and (rows, cols) shape."""
+    cdef cnp.ndarray arr = <cnp.ndarray?>a
+    if (cnp.PyArray_TYPE(arr) != cnp.PyArray_TYPE(x) or cnp.PyArray_NDIM(arr) != 2
+            or cnp.PyArray_DIMS(arr)[0] != rows):
+        raise ValueError("internal: arrays differ in dtype or shape")
+    if writable and not cnp.PyArray_ISWRITEABLE(arr):
+        raise ValueError("internal: output is read-only")
+    return _ld(arr, cols)
 
 
 # ---- runtime control ---------------------------------------------------------------------------

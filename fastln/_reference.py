@@ -71,3 +71,9 @@ def layer_norm_backward(dy, x, mean, rstd, weight=None, *, axis=-1):
 def rms_norm_backward(dy, x, rstd, weight=None, *, axis=-1):
     dx, dw, _ = _norm_backward(dy, x, None, rstd, weight, axis)
     return dx, dw
+def add_layer_norm(x, residual, weight=None, bias=None, eps=1e-5, *, axis=-1, return_stats=False):
+    """layer_norm(x, ..., residual=residual): h = x + residual in x's dtype, then the float64 norm
+    of h. Returns (y, h), then mean and rstd when return_stats is true."""
+    h = np.asarray(x) + np.asarray(residual)
+    r = layer_norm(h, weight, bias, eps, axis=axis, return_stats=return_stats)
+    return (r[0], h, *r[1:]) if return_stats else (r, h)

@@ -8,36 +8,23 @@ The argument conventions are layer_norm's: float32 or float64, normalization ove
 
 from __future__ import annotations
 
-import math
 import operator
 from typing import Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _core
+from . import _add_norm, _core
 from ._args import (
     SUPPORTED,
     as_float_array,
     check_eps,
     check_out,
-    normalize_axis,
     param,
     rows_view,
+    split_axis as _split,
 )
 
 __all__ = ["rms_norm", "layer_norm_backward", "rms_norm_backward", "RMSNorm"]
-
-
-def _split(x: np.ndarray, axis) -> Tuple[int, int, int, tuple]:
-    """(axis, rows, cols, normalized shape) of x normalized over [axis, ndim)."""
-    if x.ndim == 0:
-        raise ValueError("x must have at least one dimension")
-    ax = normalize_axis(axis, x.ndim)
-    norm_shape = x.shape[ax:]
-    cols = math.prod(norm_shape)
-    if cols == 0:
-        raise ValueError(f"cannot normalize over a zero-size shape {norm_shape}")
-    return ax, math.prod(x.shape[:ax]), cols, norm_shape
 
 
 def _rows_in(a: np.ndarray, rows: int, cols: int) -> np.ndarray:
@@ -79,6 +66,8 @@ def rms_norm(
     axis: int = -1,
     out: Optional[np.ndarray] = None,
     return_stats: bool = False,
+    residual: Optional[np.ndarray] = None,
+    residual_out: Optional[np.ndarray] = None,
 ):
     """Root mean square layer normalization (Zhang & Sennrich, 2019) over the axes [axis, x.ndim).
 
@@ -88,16 +77,22 @@ def rms_norm(
 
     Parameters
     ----------
-    x : array_like of float32 or float64, ndim >= 1, any strides.
-    weight : None, or an array of shape x.shape[axis:] (cast to x's dtype).
+    x : array_like of float32, float64, float16 or bfloat16 (ml_dtypes), ndim >= 1, any strides.
+        float16 and bfloat16 are computed in float32 and rounded once to x's dtype.
+    weight : None, or an array of shape x.shape[axis:] (cast to x's dtype; to float32 for
+        float16 and bfloat16 x).
     eps : float >= 0, added to the mean square.
     axis : first normalized axis (negative counts from the end).
     out : array of x's shape and dtype to write into; may be x itself (in place).
-    return_stats : also return rstd = 1/sqrt(mean(x**2) + eps), of shape x.shape[:axis].
+    return_stats : also return rstd = 1/sqrt(mean(x**2) + eps), of shape x.shape[:axis]
+        (float32 for float16 and bfloat16 x).
+    residual : array of x's shape and dtype: h = x + residual (rounded once to x's dtype) is
+        normalized instead of x and returned too, in one pass (the pre-norm block's residual add).
+    residual_out : array of x's shape and dtype to write h into; may be x or residual itself.
 
     Returns
     -------
-    y, or (y, rstd) when return_stats is true.
+    y; (y, h) with residual; either followed by rstd when return_stats is true.
 
     Examples
     --------
@@ -106,6 +101,10 @@ def rms_norm(
     >>> fastln.rms_norm(x, eps=0.0).round(4)
     array([[0.8485, 1.1314]], dtype=float32)
     """
+    if residual is not None or residual_out is not None or _add_norm.is_16bit(x):
+        return _add_norm.norm(
+            True, x, weight, None, eps, axis, out, return_stats, residual, residual_out
+        )
     x = as_float_array(x, "x")
     ax, rows, cols, norm_shape = _split(x, axis)
     e = check_eps(eps)
@@ -126,6 +125,8 @@ def rms_norm(
 
 
 def _backward(dy, x, mean, rstd, weight, axis, center: bool):
+    if _add_norm.is_16bit(x) or _add_norm.is_16bit(dy):
+        return _add_norm.backward(_backward, dy, x, mean, rstd, weight, axis, center)
     x = as_float_array(x, "x")
     dy = as_float_array(dy, "dy")
     if dy.dtype != x.dtype:
@@ -231,7 +232,7 @@ class _NormModule:
     def forward(self, x: ArrayLike) -> np.ndarray:
         """y for x, keeping x and the statistics that backward needs (x by reference: do not
         modify it before backward). Calling the module, module(x), keeps nothing."""
-        x = as_float_array(x, "x")
+        x = _add_norm.as_input(x, "x")
         ax = self._axis(x)
         y, *stats = self._forward(x, ax)
         self._saved = (x, ax, *stats)
@@ -273,7 +274,7 @@ class RMSNorm(_NormModule):
         super().__init__(normalized_shape, eps, elementwise_affine, False, dtype)
 
     def __call__(self, x: ArrayLike, *, out: Optional[np.ndarray] = None) -> np.ndarray:
-        x = as_float_array(x, "x")
+        x = _add_norm.as_input(x, "x")
         return rms_norm(x, self.weight, self.eps, axis=self._axis(x), out=out)
 
     def _forward(self, x, ax):

@@ -202,9 +202,29 @@ int RmsNormBackward(const T *dy, int64_t lddy, const T *x, int64_t ldx, const T 
   return NormBackward(args, rows, dweight, static_cast<T *>(nullptr), fn);
 }
 
+template <class T, class P>
+int AddNorm(const AddNormArgs<T, P> &a, int64_t rows, AddNormRowsFn<T, P> KernelTable::*fn) {
+  if (!a.x || !a.y || (a.res && !a.h)) return FASTLN_ERR_NULL_POINTER;
+  const int64_t n = a.cols;
+  if (rows < 0 || n <= 0 || a.ldx < n || a.ldy < n || (a.res && (a.ldr < n || a.ldh < n))) {
+    return FASTLN_ERR_BAD_SHAPE;
+  }
+  if (!(a.eps >= 0) || a.eps - a.eps != 0) return FASTLN_ERR_BAD_EPS;
+  const KernelTable *t = ActiveTable();
+  if (!t) return InitStatus();
+  if (rows == 0) return FASTLN_OK;
+  int status = FASTLN_OK;
+  AddNormArgs<T, P> args = a;
+  args.status = &status;
+  ParallelRows(args, t->*fn, rows, n);
+  return status;
+}
+
 }  // namespace
 }  // namespace fastln
 
+using fastln::AddNorm;
+using fastln::AddNormArgs;
 using fastln::LayerNorm;
 using fastln::LayerNormBackward;
 using fastln::RmsNormBackward;
@@ -333,6 +353,76 @@ int fastln_rms_norm_backward_f64_ld(const double *dy, int64_t lddy, const double
                                     int64_t lddx, double *dweight, int64_t rows, int64_t cols) {
   return RmsNormBackward<double>(dy, lddy, x, ldx, rstd, weight, dx, lddx, dweight, rows, cols,
                                  &KernelTable::rms_norm_backward_f64);
+}
+
+int fastln_add_layer_norm_f32(const float *x, int64_t ldx, const float *residual, int64_t ldr,
+                              float *h, int64_t ldh, float *y, int64_t ldy, const float *weight,
+                              const float *bias, float *mean, float *rstd, int64_t rows,
+                              int64_t cols, double eps) {
+  return AddNorm<float, float>({x, ldx, residual, ldr, h, ldh, y, ldy, weight, bias, mean, rstd,
+                                cols, eps, nullptr},
+                               rows, &KernelTable::add_layer_norm_f32);
+}
+
+int fastln_add_layer_norm_f64(const double *x, int64_t ldx, const double *residual, int64_t ldr,
+                              double *h, int64_t ldh, double *y, int64_t ldy,
+                              const double *weight, const double *bias, double *mean,
+                              double *rstd, int64_t rows, int64_t cols, double eps) {
+  return AddNorm<double, double>({x, ldx, residual, ldr, h, ldh, y, ldy, weight, bias, mean, rstd,
+                                  cols, eps, nullptr},
+                                 rows, &KernelTable::add_layer_norm_f64);
+}
+
+int fastln_add_layer_norm_f16(const uint16_t *x, int64_t ldx, const uint16_t *residual,
+                              int64_t ldr, uint16_t *h, int64_t ldh, uint16_t *y, int64_t ldy,
+                              const float *weight, const float *bias, float *mean, float *rstd,
+                              int64_t rows, int64_t cols, double eps) {
+  return AddNorm<uint16_t, float>({x, ldx, residual, ldr, h, ldh, y, ldy, weight, bias, mean,
+                                   rstd, cols, eps, nullptr},
+                                  rows, &KernelTable::add_layer_norm_f16);
+}
+
+int fastln_add_layer_norm_bf16(const uint16_t *x, int64_t ldx, const uint16_t *residual,
+                               int64_t ldr, uint16_t *h, int64_t ldh, uint16_t *y, int64_t ldy,
+                               const float *weight, const float *bias, float *mean, float *rstd,
+                               int64_t rows, int64_t cols, double eps) {
+  return AddNorm<uint16_t, float>({x, ldx, residual, ldr, h, ldh, y, ldy, weight, bias, mean,
+                                   rstd, cols, eps, nullptr},
+                                  rows, &KernelTable::add_layer_norm_bf16);
+}
+
+int fastln_add_rms_norm_f32(const float *x, int64_t ldx, const float *residual, int64_t ldr,
+                            float *h, int64_t ldh, float *y, int64_t ldy, const float *weight,
+                            float *rstd, int64_t rows, int64_t cols, double eps) {
+  return AddNorm<float, float>({x, ldx, residual, ldr, h, ldh, y, ldy, weight, nullptr, nullptr,
+                                rstd, cols, eps, nullptr},
+                               rows, &KernelTable::add_rms_norm_f32);
+}
+
+int fastln_add_rms_norm_f64(const double *x, int64_t ldx, const double *residual, int64_t ldr,
+                            double *h, int64_t ldh, double *y, int64_t ldy, const double *weight,
+                            double *rstd, int64_t rows, int64_t cols, double eps) {
+  return AddNorm<double, double>({x, ldx, residual, ldr, h, ldh, y, ldy, weight, nullptr,
+                                  nullptr, rstd, cols, eps, nullptr},
+                                 rows, &KernelTable::add_rms_norm_f64);
+}
+
+int fastln_add_rms_norm_f16(const uint16_t *x, int64_t ldx, const uint16_t *residual, int64_t ldr,
+                            uint16_t *h, int64_t ldh, uint16_t *y, int64_t ldy,
+                            const float *weight, float *rstd, int64_t rows, int64_t cols,
+                            double eps) {
+  return AddNorm<uint16_t, float>({x, ldx, residual, ldr, h, ldh, y, ldy, weight, nullptr,
+                                   nullptr, rstd, cols, eps, nullptr},
+                                  rows, &KernelTable::add_rms_norm_f16);
+}
+
+int fastln_add_rms_norm_bf16(const uint16_t *x, int64_t ldx, const uint16_t *residual,
+                             int64_t ldr, uint16_t *h, int64_t ldh, uint16_t *y, int64_t ldy,
+                             const float *weight, float *rstd, int64_t rows, int64_t cols,
+                             double eps) {
+  return AddNorm<uint16_t, float>({x, ldx, residual, ldr, h, ldh, y, ldy, weight, nullptr,
+                                   nullptr, rstd, cols, eps, nullptr},
+                                  rows, &KernelTable::add_rms_norm_bf16);
 }
 
 const char *fastln_status_string(int status) {

@@ -44,6 +44,27 @@ struct NormBackwardArgs {
 template <class T>
 using NormBackwardRowsFn = void (*)(const NormBackwardArgs<T> &a, int64_t row_begin,
                                     int64_t row_end, double *dw, double *db);
+// A norm with a fused residual add and/or 16-bit storage (src/ops/add_norm-inl.h). T is the storage
+// type (uint16_t holds float16 or bfloat16 bits); P the type of the parameters and statistics: T
+// itself for float and double, float for 16-bit storage. Per row, with res: h = x + res rounded to
+// T and written to h (which may be x or res), y = norm(h); without res (null): y = norm(x).
+template <class T, class P>
+struct AddNormArgs {
+  const T *x; int64_t ldx;
+  const T *res; int64_t ldr;  // may be null
+  T *h; int64_t ldh;          // required with res
+  T *y; int64_t ldy;
+  const P *weight;  // may be null
+  const P *bias;    // may be null
+  P *mean;          // may be null; indexed by row
+  P *rstd;          // may be null; indexed by row
+  int64_t cols;
+  double eps;
+  int *status;  // a kernel that fails (out of memory) stores a fastln_status here
+};
+
+template <class T, class P>
+using AddNormRowsFn = void (*)(const AddNormArgs<T, P> &a, int64_t row_begin, int64_t row_end);
 
 struct KernelTable {
   const char *name;
@@ -56,6 +77,15 @@ struct KernelTable {
   NormBackwardRowsFn<double> layer_norm_backward_f64;
   NormBackwardRowsFn<float> rms_norm_backward_f32;
   NormBackwardRowsFn<double> rms_norm_backward_f64;
+  AddNormRowsFn<float, float> add_layer_norm_f32;
+  AddNormRowsFn<double, double> add_layer_norm_f64;
+  AddNormRowsFn<uint16_t, float> add_layer_norm_f16;
+  AddNormRowsFn<uint16_t, float> add_layer_norm_bf16;
+  // RMSNorm with a residual and/or 16-bit storage: bias and mean are null.
+  AddNormRowsFn<float, float> add_rms_norm_f32;
+  AddNormRowsFn<double, double> add_rms_norm_f64;
+  AddNormRowsFn<uint16_t, float> add_rms_norm_f16;
+  AddNormRowsFn<uint16_t, float> add_rms_norm_bf16;
 };
 
 // Defined in kernels_<isa>.cpp. Each returns null when that ISA is not compiled into this build.

@@ -85,6 +85,7 @@ inline Moments Merge(const Moments &a, const Moments &b) {
 #include "ops/layer_norm-inl.h"
 #include "ops/rms_norm-inl.h"
 #include "ops/backward-inl.h"
+#include "ops/add_norm-inl.h"
 
 namespace fastln {
 namespace FASTLN_NS {
@@ -100,6 +101,14 @@ constexpr KernelTable kTable = {
     &NormBackwardRows<double, true>,
     &NormBackwardRows<float, false>,
     &NormBackwardRows<double, false>,
+    &AddLayerNormRows<float>,
+    &AddLayerNormRows<double>,
+    &AddLayerNormRows16<Float16Format>,
+    &AddLayerNormRows16<BFloat16Format>,
+    &AddRmsNormRows<float>,
+    &AddRmsNormRows<double>,
+    &AddRmsNormRows16<Float16Format>,
+    &AddRmsNormRows16<BFloat16Format>,
 };
 
 }  // namespace FASTLN_NS

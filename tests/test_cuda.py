@@ -500,6 +500,17 @@ def test_sim_public_functions_route_gpu_arrays(sim):
     np.testing.assert_allclose(dw2.numpy(), want2[1], rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(db2.numpy(), want2[2], rtol=1e-4, atol=1e-5)
     assert fastln.rms_norm.__doc__ and "Root mean square" in fastln.rms_norm.__doc__
+    # the fused residual through the public functions
+    r = torch.randn(5, 16, generator=g)
+    n = len(sim.calls)
+    y3, h3 = fastln.layer_norm(x, w, residual=r)
+    y4, h4 = fastln.rms_norm(x, w, residual=r)
+    assert [c[0] for c in sim.calls[n:]] == ["ln", "rms"]
+    assert torch.equal(h3, x + r) and torch.equal(h4, x + r)
+    np.testing.assert_allclose(y3.numpy(), fastln.layer_norm((x + r).numpy(), wn), rtol=1e-4,
+                               atol=1e-5)
+    np.testing.assert_allclose(y4.numpy(), fastln.rms_norm((x + r).numpy(), wn), rtol=1e-4,
+                               atol=1e-5)
 
 
 def test_sim_mixing_and_bad_arguments(sim):

@@ -108,6 +108,49 @@ int fastln_rms_norm_backward_f32_ld(const float *dy, int64_t lddy, const float *
 int fastln_rms_norm_backward_f64_ld(const double *dy, int64_t lddy, const double *x, int64_t ldx,
                                     const double *rstd, const double *weight, double *dx,
                                     int64_t lddx, double *dweight, int64_t rows, int64_t cols);
+/* Fused residual add, for transformer blocks: h = x + residual is written to h (rounded once to the
+ * dtype, so it equals the unfused sum exactly) and y = layer norm of h, one row at a time: x and
+ * residual are read once, h and y written once. h may equal x or residual (the same pointer and
+ * leading dimension); y may equal x or residual, not h. With residual NULL, h is unused and
+ * y = layer norm of x. mean and rstd are those of h. Where both x and residual are NaN, which of
+ * the two NaNs h carries may differ between ISAs (IEEE 754 leaves it open). */
+int fastln_add_layer_norm_f32(const float *x, int64_t ldx, const float *residual, int64_t ldr,
+                              float *h, int64_t ldh, float *y, int64_t ldy, const float *weight,
+                              const float *bias, float *mean, float *rstd, int64_t rows,
+                              int64_t cols, double eps);
+int fastln_add_layer_norm_f64(const double *x, int64_t ldx, const double *residual, int64_t ldr,
+                              double *h, int64_t ldh, double *y, int64_t ldy,
+                              const double *weight, const double *bias, double *mean,
+                              double *rstd, int64_t rows, int64_t cols, double eps);
+
+/* 16-bit storage: x, residual, h and y hold IEEE binary16 (f16) or bfloat16 (bf16) bits; the math
+ * is float32, weight, bias, mean and rstd are float32, and y and h are rounded to nearest even.
+ * residual may be NULL as above. */
+int fastln_add_layer_norm_f16(const uint16_t *x, int64_t ldx, const uint16_t *residual,
+                              int64_t ldr, uint16_t *h, int64_t ldh, uint16_t *y, int64_t ldy,
+                              const float *weight, const float *bias, float *mean, float *rstd,
+                              int64_t rows, int64_t cols, double eps);
+int fastln_add_layer_norm_bf16(const uint16_t *x, int64_t ldx, const uint16_t *residual,
+                               int64_t ldr, uint16_t *h, int64_t ldh, uint16_t *y, int64_t ldy,
+                               const float *weight, const float *bias, float *mean, float *rstd,
+                               int64_t rows, int64_t cols, double eps);
+
+/* RMSNorm with the fused residual add and 16-bit storage of the fastln_add_layer_norm_* calls
+ * above, with the same rules; rstd is that of h. */
+int fastln_add_rms_norm_f32(const float *x, int64_t ldx, const float *residual, int64_t ldr,
+                            float *h, int64_t ldh, float *y, int64_t ldy, const float *weight,
+                            float *rstd, int64_t rows, int64_t cols, double eps);
+int fastln_add_rms_norm_f64(const double *x, int64_t ldx, const double *residual, int64_t ldr,
+                            double *h, int64_t ldh, double *y, int64_t ldy, const double *weight,
+                            double *rstd, int64_t rows, int64_t cols, double eps);
+int fastln_add_rms_norm_f16(const uint16_t *x, int64_t ldx, const uint16_t *residual, int64_t ldr,
+                            uint16_t *h, int64_t ldh, uint16_t *y, int64_t ldy,
+                            const float *weight, float *rstd, int64_t rows, int64_t cols,
+                            double eps);
+int fastln_add_rms_norm_bf16(const uint16_t *x, int64_t ldx, const uint16_t *residual,
+                             int64_t ldr, uint16_t *h, int64_t ldh, uint16_t *y, int64_t ldy,
+                             const float *weight, float *rstd, int64_t rows, int64_t cols,
+                             double eps);
 
 /* A short English sentence for a status code; never NULL. */
 const char *fastln_status_string(int status);

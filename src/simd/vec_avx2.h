@@ -4,6 +4,9 @@
 #define FASTLN_SIMD_VEC_AVX2_H_
 
 #include <immintrin.h>
+#include <stdint.h>
+
+#include "simd/half.h"
 
 namespace fastln {
 namespace FASTLN_NS {
@@ -32,6 +35,30 @@ struct Simd<float> {
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
+  }
+  // 16-bit storage <-> float lanes: F16C for binary16; bfloat16 is the top half of a float, with
+  // round-to-nearest-even and NaN kept quiet on the way out (as half.h does one value at a time).
+  static inline V LoadF16(const uint16_t *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
+  }
+  static inline void StoreF16(uint16_t *p, V v) {
+    _mm_storeu_si128(reinterpret_cast<__m128i *>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+  }
+  static inline V LoadBF16(const uint16_t *p) {
+    const __m256i u = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
+  }
+  static inline void StoreBF16(uint16_t *p, V v) {
+    const __m256i x = _mm256_castps_si256(v);
+    const __m256i top = _mm256_srli_epi32(x, 16);
+    const __m256i bias = _mm256_add_epi32(_mm256_and_si256(top, _mm256_set1_epi32(1)),
+                                          _mm256_set1_epi32(0x7fff));
+    const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(x, bias), 16);
+    const __m256i quiet = _mm256_or_si256(top, _mm256_set1_epi32(0x40));
+    const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    const __m256i r = _mm256_blendv_epi8(rounded, quiet, nan);  // every lane <= 0xffff
+    _mm_storeu_si128(reinterpret_cast<__m128i *>(p),
+                     _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1)));
   }
 };
 

@@ -3,6 +3,10 @@
 #ifndef FASTLN_SIMD_VEC_SCALAR_H_
 #define FASTLN_SIMD_VEC_SCALAR_H_
 
+#include <stdint.h>
+
+#include "simd/half.h"
+
 namespace fastln {
 namespace FASTLN_NS {
 
@@ -27,6 +31,12 @@ struct Simd {
   static inline T ReduceSum(V a) { return a; }
   // N floats from p, converted to T (used with T = double: float data accumulated in double).
   static inline V LoadFloat(const float *p) { return V(*p); }
+  // 16-bit storage <-> float lanes (Simd<float> only): binary16 and bfloat16 bits, rounding to
+  // nearest even on the way out.
+  static inline V LoadF16(const uint16_t *p) { return HalfToFloat(*p); }
+  static inline void StoreF16(uint16_t *p, V v) { *p = FloatToHalf(v); }
+  static inline V LoadBF16(const uint16_t *p) { return BFloat16ToFloat(*p); }
+  static inline void StoreBF16(uint16_t *p, V v) { *p = FloatToBFloat16(v); }
 };
 
 }  // namespace FASTLN_NS
