@@ -8,8 +8,12 @@ code may run.
 Environment:
   FASTLN_OPENMP=0   build without OpenMP (fastln then runs single-threaded)
   FASTLN_DEBUG=1    -O0 -g
+  FASTLN_CUDA=auto  build the CUDA extension fastln._cuda when nvcc is found (the default);
+                    0: never; 1: nvcc is required and a failed CUDA build is an error.
+                    CUDA_HOME (or CUDA_PATH) picks the toolkit; otherwise nvcc on PATH.
 """
 
+import glob
 import os
 import platform
 import shutil
@@ -21,6 +25,7 @@ import numpy as np
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.errors import CompileError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MACHINE = platform.machine().lower()
@@ -68,6 +73,8 @@ class BuildExt(build_ext):
     """Compiles each ISA's kernels with its own flags, and turns OpenMP on when the compiler has it."""
 
     def build_extension(self, ext):
+        if getattr(ext, "fastln_cuda", False):
+            _prepare_cuda_extension(self, ext)
         if getattr(ext, "fastln_core", False):
             cxx = list(self.compiler.compiler_so[:1])
             if shutil.which(cxx[0]) is None:
@@ -100,6 +107,129 @@ def _depends():
     return out
 
 
+# ---- The CUDA extension (FASTLN_CUDA) -------------------------------------------------------------
+# src/cuda/*.cu compile with nvcc into objects that a thin Cython module, fastln._cuda, links with
+# the static CUDA runtime: the module then imports on machines without a GPU or driver, and reports
+# why it cannot run there. Nothing else in the build depends on it.
+
+CUDA_SOURCES = sorted(glob.glob(os.path.join("src", "cuda", "*.cu")))
+# Ampere and Hopper machine code, plus Hopper PTX that newer GPUs compile at load time.
+NVCC_GENCODE = [
+    "-gencode=arch=compute_80,code=sm_80",
+    "-gencode=arch=compute_90,code=sm_90",
+    "-gencode=arch=compute_90,code=compute_90",
+]
+
+
+def _cuda_mode():
+    mode = os.environ.get("FASTLN_CUDA", "auto").strip().lower()
+    if mode in ("", "auto"):
+        return "auto"
+    if mode in ("0", "false", "no", "off"):
+        return "0"
+    if mode in ("1", "true", "yes", "on"):
+        return "1"
+    raise SystemExit(f"FASTLN_CUDA={mode!r}: expected auto, 0 or 1")
+
+
+def _find_nvcc():
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        home = os.environ.get(var)
+        if home and os.path.isfile(os.path.join(home, "bin", "nvcc")):
+            return os.path.join(home, "bin", "nvcc")
+    return shutil.which("nvcc")
+
+
+def _cuda_home(nvcc):
+    """The toolkit folder: where nvcc says it lives (it may be a wrapper script), else above it."""
+    try:
+        out = subprocess.run(
+            [nvcc, "--dryrun", "-c", "-x", "cu", os.devnull, "-o", os.devnull],
+            capture_output=True, text=True, timeout=60, check=False,
+        )
+        for line in (out.stdout + out.stderr).splitlines():
+            if line.startswith("#$ _HERE_="):
+                return os.path.dirname(line.split("=", 1)[1].strip())
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))
+
+
+def _cuda_lib_dir(home):
+    for sub in ("lib64", "lib", os.path.join("targets", f"{platform.machine()}-linux", "lib")):
+        d = os.path.join(home, sub)
+        if os.path.isfile(os.path.join(d, "libcudart_static.a")) or os.path.isfile(
+            os.path.join(d, "libcudart.so")
+        ):
+            return d
+    return None
+
+
+def _cuda_extension():
+    """The fastln._cuda Extension, or None when FASTLN_CUDA and the machine say not to build it."""
+    mode = _cuda_mode()
+    if mode == "0":
+        return None
+    nvcc = _find_nvcc()
+    if nvcc is None:
+        if mode == "1":
+            raise SystemExit("FASTLN_CUDA=1 but nvcc was not found (set CUDA_HOME or PATH)")
+        print("fastln: nvcc not found; building without the CUDA path", file=sys.stderr)
+        return None
+    ext = Extension(
+        "fastln._cuda",
+        sources=["fastln/_cuda.pyx"],
+        include_dirs=["include"],
+        depends=_depends() + CUDA_SOURCES + glob.glob(os.path.join("src", "cuda", "*.cuh")),
+        language="c++",
+        optional=(mode == "auto"),
+    )
+    ext.fastln_cuda = {"nvcc": nvcc, "home": _cuda_home(nvcc)}
+    return ext
+
+
+def _nvcc_compile(nvcc, src, obj, deps):
+    if os.path.exists(obj) and os.path.getmtime(obj) >= max(os.path.getmtime(d) for d in deps):
+        return None
+    cmd = [nvcc, "-c", src, "-o", obj, "-std=c++17", "-Iinclude", "-Isrc/cuda", "-Xcompiler",
+           "-fPIC,-fvisibility=hidden"] + NVCC_GENCODE
+    cmd += ["-O0", "-g", "-lineinfo"] if os.environ.get("FASTLN_DEBUG") == "1" else ["-O3"]
+    print(" ".join(cmd), file=sys.stderr)
+    r = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if r.returncode != 0:
+        return f"{src}:\n{r.stdout}{r.stderr}"
+    return None
+
+
+def _prepare_cuda_extension(cmd, ext):
+    """Compiles the .cu files (in parallel) and adds them and the CUDA runtime to ext's link."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    info = ext.fastln_cuda
+    lib_dir = _cuda_lib_dir(info["home"])
+    if lib_dir is None:
+        raise CompileError(f"no CUDA runtime library under {info['home']}")
+    out_dir = os.path.join(cmd.build_temp, "cuda")
+    os.makedirs(out_dir, exist_ok=True)
+    deps = list(ext.depends) + ["setup.py"]
+    objs = [os.path.join(out_dir, os.path.basename(s)[:-3] + ".o") for s in CUDA_SOURCES]
+    with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
+        errors = [e for e in pool.map(
+            lambda so: _nvcc_compile(info["nvcc"], so[0], so[1], deps), zip(CUDA_SOURCES, objs)
+        ) if e]
+    if errors:
+        raise CompileError("nvcc failed:\n" + "\n".join(errors))
+    static = os.path.join(lib_dir, "libcudart_static.a")
+    ext.extra_objects = list(ext.extra_objects or []) + objs
+    if os.path.isfile(static):
+        ext.extra_objects.append(static)
+        ext.extra_link_args = list(ext.extra_link_args or []) + ["-lrt", "-lpthread", "-ldl"]
+    else:
+        ext.extra_link_args = list(ext.extra_link_args or []) + [
+            f"-L{lib_dir}", "-lcudart", f"-Wl,-rpath,{lib_dir}"]
+    ext.extra_compile_args = list(ext.extra_compile_args or []) + ["-std=c++17"]
+
+
 core = Extension(
     "fastln._core",
     sources=["fastln/_core.pyx"] + BASE_SOURCES,
@@ -110,8 +240,10 @@ core = Extension(
 )
 core.fastln_core = True
 
+cuda_ext = _cuda_extension()
+
 extensions = cythonize(
-    [core],
+    [core] + ([cuda_ext] if cuda_ext is not None else []),
     compiler_directives={
         "language_level": 3,
         "boundscheck": False,
@@ -124,5 +256,8 @@ extensions = cythonize(
 for e in extensions:
     if e.name == "fastln._core":
         e.fastln_core = True
+    if e.name == "fastln._cuda":
+        e.fastln_cuda = cuda_ext.fastln_cuda
+        e.optional = cuda_ext.optional
 
 setup(ext_modules=extensions, cmdclass={"build_ext": BuildExt})

@@ -19,7 +19,7 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 
-from . import _add_norm, _core
+from . import _add_norm, _core, _cuda_api, _training
 from ._args import (
     as_float_array,
     check_eps,
@@ -28,13 +28,14 @@ from ._args import (
     param,
     rows_view,
 )
-from ._training import (
-    RMSNorm,
-    _NormModule,
-    layer_norm_backward,
-    rms_norm,
-    rms_norm_backward,
+from ._training import RMSNorm, _NormModule
+
+# GPU arrays (CuPy, torch CUDA tensors) go to the CUDA path; see _cuda_api.
+rms_norm = _cuda_api.with_gpu_path(_training.rms_norm, _cuda_api.rms_norm)
+layer_norm_backward = _cuda_api.with_gpu_path(
+    _training.layer_norm_backward, _cuda_api.layer_norm_backward
 )
+rms_norm_backward = _cuda_api.with_gpu_path(_training.rms_norm_backward, _cuda_api.rms_norm_backward)
 
 __version__ = "0.1.0"
 
@@ -127,7 +128,7 @@ def runtime_info() -> dict:
 
 
 def _cuda_info() -> dict:
-    return {"compiled": False, "available": False, "detail": "the CUDA path is not part of this build"}
+    return _cuda_api.info()
 
 
 def layer_norm(
@@ -151,7 +152,9 @@ def layer_norm(
     Parameters
     ----------
     x : array_like of float32, float64, float16 or bfloat16 (ml_dtypes), ndim >= 1, any strides.
-        float16 and bfloat16 are computed in float32 and rounded once to x's dtype.
+        float16 and bfloat16 are computed in float32 and rounded once to x's dtype. A CuPy array
+        or torch CUDA tensor (float32, float16, bfloat16) runs on its GPU and gives the same kind
+        back; its weight, bias and residual must be on the same device.
     weight, bias : None, or arrays of shape x.shape[axis:] (cast to x's dtype; to float32 for
         float16 and bfloat16 x).
     eps : float >= 0, added to the variance.
@@ -181,18 +184,21 @@ def layer_norm(
     >>> h
     array([[2., 3., 4., 5.]], dtype=float32)
     """
-    if residual is not None or residual_out is not None:
+    if residual is None and residual_out is None:
+        # The common call (a C-contiguous float32/float64 array over its last axis, plain
+        # parameters, out None or not overlapping x) runs with its checks done in C: at D = 768 the
+        # general path below costs several times the kernel. Any other call gets None back.
+        y = _core.layer_norm_fast(x, weight, bias, eps, out, axis, return_stats)
+        if y is not None:
+            return y
+    if _cuda_api.on_gpu(x, weight, bias, residual, residual_out):
+        return _cuda_api.layer_norm(x, weight, bias, eps, axis=axis, out=out,
+                                    return_stats=return_stats, residual=residual,
+                                    residual_out=residual_out)
+    if residual is not None or residual_out is not None or _add_norm.is_16bit(x):
         return _add_norm.norm(
             False, x, weight, bias, eps, axis, out, return_stats, residual, residual_out
         )
-    # The common call (a C-contiguous float32/float64 array over its last axis, plain parameters,
-    # out None or not overlapping x) runs with its checks done in C: at D = 768 the general path
-    # below costs several times the kernel. Any other call gets None back and takes that path.
-    y = _core.layer_norm_fast(x, weight, bias, eps, out, axis, return_stats)
-    if y is not None:
-        return y
-    if _add_norm.is_16bit(x):
-        return _add_norm.norm(False, x, weight, bias, eps, axis, out, return_stats, None, None)
     x = as_float_array(x, "x")
     ndim = x.ndim
     if ndim == 0:

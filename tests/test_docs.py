@@ -28,8 +28,12 @@ def test_type_annotations_accepted_by_mypy(tmp_path):
         "y: np.ndarray = fastln.layer_norm(np.zeros((2, 3), np.float32), eps=1e-5)\n"
         "ln = fastln.LayerNorm(3)\ninfo: dict = fastln.runtime_info()\n"
     )
-    # Point mypy at the fastln under test, and let it fail if it cannot find it.
-    env = dict(os.environ, MYPYPATH=os.path.dirname(os.path.dirname(fastln.__file__)))
+    # Point mypy at the fastln under test (an installed one it finds by itself; mypy refuses
+    # site-packages in MYPYPATH), and let it fail if it cannot find it.
+    env = dict(os.environ)
+    top = os.path.dirname(os.path.dirname(os.path.abspath(fastln.__file__)))
+    if os.path.basename(top) not in ("site-packages", "dist-packages"):
+        env["MYPYPATH"] = top
     r = subprocess.run(
         [sys.executable, "-m", "mypy", "--no-incremental", str(src)],
         capture_output=True, text=True, cwd=tmp_path, env=env,
