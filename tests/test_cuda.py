@@ -183,6 +183,7 @@ print("EXTENSIONS=" + json.dumps([e.name for e in seen["ext_modules"]]))
 
 def _setup_extensions(env_extra):
     """(returncode, extension names setup.py would build, output) under env_extra."""
+    pytest.importorskip("Cython")  # setup.py's build requirement (in the test extra)
     env = dict(os.environ, **env_extra)
     r = subprocess.run([sys.executable, "-c", _SETUP_PROBE], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=300, check=False)
