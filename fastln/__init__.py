@@ -19,8 +19,36 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 
-from . import _add_norm, _core, _cuda_api, _training
-from ._args import (
+
+def _find_built_package() -> None:
+    """Let a source checkout's fastln/ use the extension of the installed copy.
+
+    `pip install . && python -m fastln.bench`, run in the checkout, imports this source folder (the
+    current folder comes first on sys.path), which holds no compiled extension unless it was built
+    in place. The installed copy was built from the same sources, so its folder joins this package's
+    __path__ and the extension modules load from there.
+    """
+    import glob
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    if glob.glob(os.path.join(here, "_core.*.so")) or glob.glob(os.path.join(here, "_core.*.pyd")):
+        return
+    for entry in sys.path:
+        d = os.path.join(os.path.abspath(entry or os.curdir), "fastln")
+        if d != here and (glob.glob(os.path.join(d, "_core.*.so")) or glob.glob(os.path.join(d, "_core.*.pyd"))):
+            __path__.append(d)
+            return
+    raise ImportError(
+        "fastln's compiled extension is missing: install fastln (pip install .) or build it in "
+        "place (python setup.py build_ext --inplace)"
+    )
+
+
+_find_built_package()
+
+from . import _add_norm, _core, _cuda_api, _training  # noqa: E402
+from ._args import (  # noqa: E402
     as_float_array,
     check_eps,
     check_out,
@@ -28,7 +56,7 @@ from ._args import (
     param,
     rows_view,
 )
-from ._training import RMSNorm, _NormModule
+from ._training import RMSNorm, _NormModule  # noqa: E402
 
 # GPU arrays (CuPy, torch CUDA tensors) go to the CUDA path; see _cuda_api.
 rms_norm = _cuda_api.with_gpu_path(_training.rms_norm, _cuda_api.rms_norm)

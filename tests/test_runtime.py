@@ -178,3 +178,20 @@ def test_forked_child_does_not_hang():
                        text=True, env=e, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "0"
+
+
+def test_import_from_the_checkout_root():
+    # `pip install . && python -m fastln.bench` runs in the checkout, where the source folder
+    # fastln/ comes first on sys.path: it must still find the compiled extension.
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if not os.path.isfile(os.path.join(root, "fastln", "__init__.py")):
+        pytest.skip("not run from a checkout")
+    e = dict(os.environ)
+    e.pop("PYTHONSAFEPATH", None)
+    e.pop("FASTLN_ISA", None)
+    r = subprocess.run(
+        [sys.executable, "-c", "import fastln, numpy as np; print(fastln.layer_norm(np.ones((1, 3))).shape)"],
+        capture_output=True, text=True, env=e, cwd=root,
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "(1, 3)"
