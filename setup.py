@@ -1,7 +1,7 @@
 """Build of fastln's extension.
 
 The baseline sources (Cython layer, C API, dispatch, scalar kernels) compile for the plain target:
-no -march=native, so a wheel built here runs on any x86-64 or armv8-a CPU. Each ISA's kernel file
+no -march flag for the build machine, so a wheel built here runs on any x86-64 or armv8-a CPU. Each ISA's kernel file
 is compiled on its own with that ISA's flags, and only dispatch decides at run time whether its
 code may run.
 
