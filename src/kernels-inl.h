@@ -52,6 +52,31 @@ template <class T> inline double TinyVar();
 template <> inline double TinyVar<float>() { return 0x1p-100; }
 template <> inline double TinyVar<double>() { return 0x1p-900; }
 
+// The exact paths' first read of a row: false if it holds NaN or Inf (the row becomes NaN, done
+// here), else the powers of two s1, s2 with max |x * s1 * s2| in [0.5, 1). Two factors, because for
+// subnormal doubles 2^-e alone overflows; both are powers of two, so the scaling is exact.
+template <class T>
+inline bool ExactScale(const T *x, T *y, int64_t n, double *s1, double *s2) {
+  double amax = 0.0;
+  bool finite = true;
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = double(x[i]);
+    if (!IsFinite(v)) finite = false;
+    const double a = Abs(v);
+    if (a > amax) amax = a;
+  }
+  if (!finite) {
+    const T nan = T(__builtin_nan(""));
+    for (int64_t i = 0; i < n; ++i) y[i] = nan;
+    return false;
+  }
+  int e = 0;
+  if (amax > 0) __builtin_frexp(amax, &e);
+  *s1 = __builtin_ldexp(1.0, -e / 2);
+  *s2 = __builtin_ldexp(1.0, -e - (-e / 2));
+  return true;
+}
+
 // Mean and sum of squared deviations of a set of n values, both in double.
 struct Moments {
   double n;

@@ -238,50 +238,38 @@ struct Normalizer {
 template <class T>
 inline void ExactRow(const T *x, T *y, int64_t n, const T *w, const T *b, double eps,
                      double *mean_out, double *rstd_out) {
-  double amax = 0.0;
-  bool finite = true;
-  for (int64_t i = 0; i < n; ++i) {
-    const double v = double(x[i]);
-    if (!IsFinite(v)) finite = false;
-    const double a = Abs(v);
-    if (a > amax) amax = a;
-  }
-  if (!finite) {
-    const T nan = T(__builtin_nan(""));
-    for (int64_t i = 0; i < n; ++i) y[i] = nan;
+  double s1, s2;
+  if (!ExactScale(x, y, n, &s1, &s2)) {
     *mean_out = __builtin_nan("");
     *rstd_out = __builtin_nan("");
     return;
   }
-  int e = 0;
-  if (amax > 0) __builtin_frexp(amax, &e);
-  const double s = __builtin_ldexp(1.0, -e);  // x * s has max |.| in [0.5, 1)
   double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) sum += double(x[i]) * s;
+  for (int64_t i = 0; i < n; ++i) sum += double(x[i]) * s1 * s2;
   const double ms = sum / double(n);
   double ss = 0.0, comp = 0.0;
   for (int64_t i = 0; i < n; ++i) {
-    const double d = double(x[i]) * s - ms;
+    const double d = double(x[i]) * s1 * s2 - ms;
     ss += d * d;
     comp += d;
   }
   // Two-pass with the compensation term of the corrected two-pass algorithm (Chan, Golub, LeVeque).
   const double vs = (ss - comp * comp / double(n)) / double(n);
-  const double es = eps * s * s;  // eps in the scaled units
-  *mean_out = ms / s;
+  const double es = eps * s1 * s1 * s2 * s2;  // eps in the scaled units
+  *mean_out = ms / s1 / s2;
   if (IsFinite(es)) {
-    const double f = 1.0 / Sqrt(vs + es);  // (x*s - ms) * f == (x - mean) * rstd
+    const double f = 1.0 / Sqrt(vs + es);  // (x*s1*s2 - ms) * f == (x - mean) * rstd
     for (int64_t i = 0; i < n; ++i) {
-      double u = (double(x[i]) * s - ms) * f;
+      double u = (double(x[i]) * s1 * s2 - ms) * f;
       if (w) u *= double(w[i]);
       if (b) u += double(b[i]);
       y[i] = T(u);
     }
-    *rstd_out = s * f;
+    *rstd_out = s1 * (s2 * f);
   } else {
     // The values are so small that eps * s^2 overflows: their variance is nothing next to eps.
     const double f = 1.0 / Sqrt(eps);
-    const double mean = ms / s;
+    const double mean = ms / s1 / s2;
     for (int64_t i = 0; i < n; ++i) {
       double u = (double(x[i]) - mean) * f;
       if (w) u *= double(w[i]);

@@ -74,24 +74,8 @@ inline void ScaleRow(const T *x, T *y, int64_t n, const T *w, T rstd) {
 // Returns rstd in double.
 template <class T>
 inline double RmsExactRow(const T *x, T *y, int64_t n, const T *w, double eps) {
-  double amax = 0.0;
-  bool finite = true;
-  for (int64_t i = 0; i < n; ++i) {
-    const double v = double(x[i]);
-    if (!IsFinite(v)) finite = false;
-    const double a = Abs(v);
-    if (a > amax) amax = a;
-  }
-  if (!finite) {
-    const T nan = T(__builtin_nan(""));
-    for (int64_t i = 0; i < n; ++i) y[i] = nan;
-    return __builtin_nan("");
-  }
-  int e = 0;
-  if (amax > 0) __builtin_frexp(amax, &e);
-  // x * s1 * s2 has max |.| in [0.5, 1). Two factors, because for subnormal doubles 2^-e alone
-  // overflows; both are powers of two, so the scaling is exact.
-  double s1 = __builtin_ldexp(1.0, -e / 2), s2 = __builtin_ldexp(1.0, -e - (-e / 2));
+  double s1, s2;
+  if (!ExactScale(x, y, n, &s1, &s2)) return __builtin_nan("");
   double ss = 0.0;
   for (int64_t i = 0; i < n; ++i) {
     const double v = double(x[i]) * s1 * s2;
