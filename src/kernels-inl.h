@@ -55,18 +55,21 @@ template <> inline double TinyVar<double>() { return 0x1p-900; }
 // The exact paths' first read of a row: false if it holds NaN or Inf (the row becomes NaN, done
 // here), else the powers of two s1, s2 with max |x * s1 * s2| in [0.5, 1). Two factors, because for
 // subnormal doubles 2^-e alone overflows; both are powers of two, so the scaling is exact.
-template <class T>
-inline bool ExactScale(const T *x, T *y, int64_t n, double *s1, double *s2) {
+// St is the row's storage format (see Native below).
+template <class St>
+inline bool ExactScale(const typename St::E *x, typename St::E *y, int64_t n, double *s1,
+                       double *s2) {
+  using T = typename St::T;
   double amax = 0.0;
   bool finite = true;
   for (int64_t i = 0; i < n; ++i) {
-    const double v = double(x[i]);
+    const double v = double(St::ToT(x[i]));
     if (!IsFinite(v)) finite = false;
     const double a = Abs(v);
     if (a > amax) amax = a;
   }
   if (!finite) {
-    const T nan = T(__builtin_nan(""));
+    const typename St::E nan = St::FromT(T(__builtin_nan("")));
     for (int64_t i = 0; i < n; ++i) y[i] = nan;
     return false;
   }
@@ -92,6 +95,86 @@ inline Moments Merge(const Moments &a, const Moments &b) {
   const double delta = b.mean - a.mean;
   return Moments{n, a.mean + delta * (b.n / n), a.m2 + b.m2 + delta * delta * (a.n * b.n / n)};
 }
+
+// ---------------------------------------------------------------------------------------------
+// Storage formats: how a row stored as E is read into vectors of the compute type T, and written
+// back. The row routines are templates over a format, so 16-bit rows are widened as they are
+// loaded and rounded as they are stored, in registers: no pass over a float copy of the row.
+// A vector ISA supplies the 16-bit conversions as four members of Simd<float> (LoadF16, StoreF16,
+// LoadBF16, StoreBF16; 16-bit bits in, N floats out and back, rounding to nearest even); the
+// one-value conversions for row tails are half.h's, shared by every ISA.
+template <class T_>
+struct Native {
+  using T = T_;
+  using E = T_;
+  using S = Simd<T>;
+  static constexpr bool kNative = true;
+  static inline typename S::V Load(const E *p) { return S::Load(p); }
+  static inline void Store(E *p, typename S::V v) { S::Store(p, v); }
+  static inline void StoreStream(E *p, typename S::V v) { S::StoreStream(p, v); }
+  static inline T ToT(E e) { return e; }
+  static inline E FromT(T t) { return t; }
+};
+
+struct Float16Format {
+  using T = float;
+  using E = uint16_t;
+  using S = Simd<float>;
+  static constexpr bool kNative = false;
+  static inline S::V Load(const E *p) { return S::LoadF16(p); }
+  static inline void Store(E *p, S::V v) { S::StoreF16(p, v); }
+  static inline void StoreStream(E *p, S::V v) { S::StoreF16(p, v); }  // never taken: kNative
+  static inline float ToT(E e) { return HalfToFloat(e); }
+  static inline E FromT(float f) { return FloatToHalf(f); }
+};
+
+struct BFloat16Format {
+  using T = float;
+  using E = uint16_t;
+  using S = Simd<float>;
+  static constexpr bool kNative = false;
+  static inline S::V Load(const E *p) { return S::LoadBF16(p); }
+  static inline void Store(E *p, S::V v) { S::StoreBF16(p, v); }
+  static inline void StoreStream(E *p, S::V v) { S::StoreBF16(p, v); }  // never taken: kNative
+  static inline float ToT(E e) { return BFloat16ToFloat(e); }
+  static inline E FromT(float f) { return FloatToBFloat16(f); }
+};
+
+// Where a routine's first read of a row comes from. RowOf: the stored row x. SumOf: the fused
+// residual add; each value read is h = x + r, rounded to the storage format, written to h (which
+// may be x or r) and handed on as the rounded value, so that every later pass can read h instead.
+// The float sum of two 16-bit values rounded to 16 bits equals their correctly rounded sum (float
+// has more than twice their precision plus two bits), so h is what NumPy's x + r gives.
+template <class St>
+struct RowOf {
+  using T = typename St::T;
+  using V = typename St::S::V;
+  const typename St::E *x;
+  V Load(int64_t i) const { return St::Load(x + i); }
+  T At(int64_t i) const { return St::ToT(x[i]); }
+};
+
+template <class St>
+struct SumOf {
+  using T = typename St::T;
+  using E = typename St::E;
+  using S = typename St::S;
+  using V = typename S::V;
+  const E *x, *r;
+  E *h;
+  V Load(int64_t i) const {
+    const V v = S::Add(St::Load(x + i), St::Load(r + i));
+    St::Store(h + i, v);
+    // The rounded value: for 16-bit storage read back at once (store-to-load forwarding, no
+    // trip to memory).
+    return St::kNative ? v : St::Load(h + i);
+  }
+  T At(int64_t i) const {
+    const E e = St::FromT(St::ToT(x[i]) + St::ToT(r[i]));
+    h[i] = e;
+    return St::ToT(e);
+  }
+};
 
 }  // namespace
 }  // namespace FASTLN_NS

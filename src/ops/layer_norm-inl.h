@@ -15,6 +15,9 @@ FASTLN_OPS_BEGIN
 // One Welford chain is latency-bound (sub -> fma per step); kAcc chains in flight keep the pipes
 // busy.
 //
+// The values come from `src` (RowOf: a stored row, in any storage format; SumOf: the fused
+// residual add, which also writes h).
+//
 // `job` is another row's normalize pass, run block by block inside the same loop (job.Block(i)
 // after the block of values from i, job.Rest() for what is left). The statistics keep the FP pipes busy and the
 // normalize pass the load and store ports: interleaved, each hides much of the other's cost.
@@ -29,8 +32,9 @@ struct NoJob {
   void Rest() const {}
 };
 
-template <class T, bool kShift, class Job>
-inline Moments RowMoments(const T *x, int64_t n, T pivot, const Job &job) {
+template <bool kShift, class Src, class Job>
+inline Moments RowMoments(const Src &src, int64_t n, typename Src::T pivot, const Job &job) {
+  using T = typename Src::T;
   using S = Simd<T>;
   using V = typename S::V;
   constexpr int N = S::N;
@@ -43,7 +47,7 @@ inline Moments RowMoments(const T *x, int64_t n, T pivot, const Job &job) {
     M[a] = S::Zero();
     Q[a] = S::Zero();
   }
-  const T *p = x;
+  int64_t p = 0;  // index of the next block
   int64_t done = 0;  // steps per lane done
   while (done < nblocks) {
     const int64_t len = Min(nblocks - done, kChunk);
@@ -55,7 +59,7 @@ inline Moments RowMoments(const T *x, int64_t n, T pivot, const Job &job) {
     for (int64_t j = 0; j < len; ++j, p += kBlock) {
       const V r = S::Set(Rcp<T>(j));
       for (int a = 0; a < kAcc; ++a) {
-        const V d = kShift ? S::Sub(S::Load(p + a * N), vk) : S::Load(p + a * N);
+        const V d = kShift ? S::Sub(src.Load(p + a * N), vk) : src.Load(p + a * N);
         const V delta = S::Sub(d, m[a]);
         m[a] = S::MulAdd(delta, r, m[a]);
         q[a] = S::MulAdd(delta, S::Sub(d, m[a]), q[a]);
@@ -116,7 +120,7 @@ inline Moments RowMoments(const T *x, int64_t n, T pivot, const Job &job) {
     Moments t{double(tail), 0.0, 0.0};
     const double k = kShift ? double(pivot) : 0.0;
     for (int64_t j = 0; j < tail; ++j) {
-      const double d = double(p[j]) - k;
+      const double d = double(src.At(p + j)) - k;
       const double delta = d - t.mean;
       t.mean += delta * kRcp.d[j];  // tail < kBlock <= kChunk
       t.m2 += delta * (d - t.mean);
@@ -140,15 +144,17 @@ inline Moments RowMoments(const T *x, int64_t n, T pivot, const Job &job) {
 // up to the first line boundary of y and those after its last one get plain stores (a line written
 // partly by each kind is slow). Block(i) then covers the kBlock values from i + head, when they fit
 // in the row; Rest() writes whatever the blocks left.
-template <class T, bool kW, bool kB, bool kSplit, bool kStream>
+template <class St, bool kW, bool kB, bool kSplit, bool kStream>
 struct Normalizer {
+  using T = typename St::T;
+  using E = typename St::E;
   using S = Simd<T>;
   using V = typename S::V;
   static constexpr int N = S::N;
-  static constexpr int64_t kLine = 64 / sizeof(T);  // values per cache line
+  static constexpr int64_t kLine = 64 / sizeof(E);  // values per cache line
 
-  const T *x;
-  T *y;
+  const E *x;
+  E *y;
   int64_t n;
   const T *w, *b;
   T hi, c, rstd;
@@ -156,11 +162,11 @@ struct Normalizer {
   int64_t head;          // values before the first line boundary of y (kStream), else 0
   mutable int64_t done;  // y[0, done) written
 
-  Normalizer(const T *x_, T *y_, int64_t n_, const T *w_, const T *b_, T hi_, T c_, T rstd_)
+  Normalizer(const E *x_, E *y_, int64_t n_, const T *w_, const T *b_, T hi_, T c_, T rstd_)
       : x(x_), y(y_), n(n_), w(w_), b(b_), hi(hi_), c(c_), rstd(rstd_),
         vhi(S::Set(hi_)), vr(S::Set(rstd_)), vc(S::Set(c_)), head(0), done(0) {
     if (kStream) {
-      const int64_t mis = int64_t(reinterpret_cast<uintptr_t>(y) % 64) / int64_t(sizeof(T));
+      const int64_t mis = int64_t(reinterpret_cast<uintptr_t>(y) % 64) / int64_t(sizeof(E));
       head = Min(n, mis ? kLine - mis : 0);
       Plain(0, head);
       done = head;
@@ -168,7 +174,7 @@ struct Normalizer {
   }
 
   V Compute(int64_t i) const {
-    const V xi = S::Load(x + i);
+    const V xi = St::Load(x + i);
     V u = S::MulAdd(kSplit ? S::Sub(xi, vhi) : xi, vr, vc);
     if (kW && kB) {
       u = S::MulAdd(u, S::Load(w + i), S::Load(b + i));
@@ -182,9 +188,9 @@ struct Normalizer {
   template <bool kNT = kStream>
   void One(int64_t i) const {
     if (kNT) {
-      S::StoreStream(y + i, Compute(i));
+      St::StoreStream(y + i, Compute(i));
     } else {
-      S::Store(y + i, Compute(i));
+      St::Store(y + i, Compute(i));
     }
   }
   // Values [i, end) with plain stores. Every value is computed by the same vector arithmetic
@@ -199,14 +205,15 @@ struct Normalizer {
       const int64_t base = Min(i, n - N);
       T tmp[N];
       S::Store(tmp, Compute(base));
-      for (; i < end; ++i) y[i] = tmp[i - base];
+      for (; i < end; ++i) y[i] = St::FromT(tmp[i - base]);
       return;
     }
     for (; i < end; ++i) {
-      T u = (kSplit ? x[i] - hi : x[i]) * rstd + c;
+      const T xi = St::ToT(x[i]);
+      T u = (kSplit ? xi - hi : xi) * rstd + c;
       if (kW) u = u * w[i];
       if (kB) u = u + b[i];
-      y[i] = u;
+      y[i] = St::FromT(u);
     }
   }
   // kBlockOf<T> values from i (+ head).
@@ -235,21 +242,23 @@ struct Normalizer {
 // NaN), squares that overflow or underflow T, and for double, sums that would overflow. It scales
 // the row by a power of two so that max |x| is near 1, then runs two passes in double.
 // Returns the mean and rstd in double.
-template <class T>
-inline void ExactRow(const T *x, T *y, int64_t n, const T *w, const T *b, double eps,
+template <class St>
+inline void ExactRow(const typename St::E *x, typename St::E *y, int64_t n,
+                     const typename St::T *w, const typename St::T *b, double eps,
                      double *mean_out, double *rstd_out) {
+  using T = typename St::T;
   double s1, s2;
-  if (!ExactScale(x, y, n, &s1, &s2)) {
+  if (!ExactScale<St>(x, y, n, &s1, &s2)) {
     *mean_out = __builtin_nan("");
     *rstd_out = __builtin_nan("");
     return;
   }
   double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) sum += double(x[i]) * s1 * s2;
+  for (int64_t i = 0; i < n; ++i) sum += double(St::ToT(x[i])) * s1 * s2;
   const double ms = sum / double(n);
   double ss = 0.0, comp = 0.0;
   for (int64_t i = 0; i < n; ++i) {
-    const double d = double(x[i]) * s1 * s2 - ms;
+    const double d = double(St::ToT(x[i])) * s1 * s2 - ms;
     ss += d * d;
     comp += d;
   }
@@ -260,10 +269,10 @@ inline void ExactRow(const T *x, T *y, int64_t n, const T *w, const T *b, double
   if (IsFinite(es)) {
     const double f = 1.0 / Sqrt(vs + es);  // (x*s1*s2 - ms) * f == (x - mean) * rstd
     for (int64_t i = 0; i < n; ++i) {
-      double u = (double(x[i]) * s1 * s2 - ms) * f;
+      double u = (double(St::ToT(x[i])) * s1 * s2 - ms) * f;
       if (w) u *= double(w[i]);
       if (b) u += double(b[i]);
-      y[i] = T(u);
+      y[i] = St::FromT(T(u));
     }
     *rstd_out = s1 * (s2 * f);
   } else {
@@ -271,10 +280,10 @@ inline void ExactRow(const T *x, T *y, int64_t n, const T *w, const T *b, double
     const double f = 1.0 / Sqrt(eps);
     const double mean = ms / s1 / s2;
     for (int64_t i = 0; i < n; ++i) {
-      double u = (double(x[i]) - mean) * f;
+      double u = (double(St::ToT(x[i])) - mean) * f;
       if (w) u *= double(w[i]);
       if (b) u += double(b[i]);
-      y[i] = T(u);
+      y[i] = St::FromT(T(u));
     }
     *rstd_out = f;
   }
@@ -293,12 +302,32 @@ constexpr double kNear = 2.0;
 constexpr int64_t kStreamBytes = int64_t(2) << 20;
 constexpr int64_t kStreamRowBytes = 1024;
 
+// The first read of row r: the stored row x, or with kRes the residual add that also writes h.
+template <class St, bool kRes>
+struct FirstRead {
+  using Src = RowOf<St>;
+  static Src Row(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r) {
+    return Src{a.x + r * a.ldx};
+  }
+};
+
+template <class St>
+struct FirstRead<St, true> {
+  using Src = SumOf<St>;
+  static Src Row(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r) {
+    return Src{a.x + r * a.ldx, a.res + r * a.ldr, a.h + r * a.ldh};
+  }
+};
+
 // Statistics of row `next` (null: none), interleaved with the normalize pass of the current row.
-template <class T, bool kW, bool kB, bool kStream, bool kSplit>
-inline Moments NormalizeAndNext(const T *next, int64_t n, const T *x, T *y, const T *w,
-                                const T *b, T hi, T c, T rstd) {
-  const Normalizer<T, kW, kB, kSplit, kStream> job(x, y, n, w, b, hi, c, rstd);
-  if (next) return RowMoments<T, false>(next, n, T(0), job);
+template <class St, bool kW, bool kB, bool kStream, bool kSplit, class Src>
+inline Moments NormalizeAndNext(const Src *next, int64_t n, const typename St::E *x,
+                                typename St::E *y, const typename St::T *w,
+                                const typename St::T *b, typename St::T hi, typename St::T c,
+                                typename St::T rstd) {
+  using T = typename St::T;
+  const Normalizer<St, kW, kB, kSplit, kStream> job(x, y, n, w, b, hi, c, rstd);
+  if (next) return RowMoments<false>(*next, n, T(0), job);
   job.All();
   return Moments{0.0, 0.0, 0.0};
 }
@@ -309,20 +338,31 @@ inline Moments NormalizeAndNext(const T *next, int64_t n, const T *x, T *y, cons
 // work to hide in (512x64 f32: 2.4 -> 2.2 ns per 8 floats; long rows unchanged within 2%).
 constexpr int kLag = 2;
 
-template <class T, bool kW, bool kB, bool kStream>
-void LayerNormRowsT(const LayerNormArgs<T> &a, int64_t r0, int64_t r1) {
+// Rows [r0, r1) stored in format St. With kRes (a.res not null), each row's first read is the
+// residual add: h = x + res is written once, while the statistics run on it, and every later pass
+// (the shifted statistics, the normalize pass, the exact path) reads h, still in L1.
+template <class St, bool kRes, bool kW, bool kB, bool kStream>
+void LayerNormRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0,
+                    int64_t r1) {
+  using T = typename St::T;
+  using E = typename St::E;
+  using First = FirstRead<St, kRes>;
   const int64_t n = a.cols;
   const double eps = a.eps;
   const double inv_n = 1.0 / double(n);  // a division per row sits on the row's latency chain
+  const E *xs = kRes ? a.h : a.x;  // the rows after their first read
+  const int64_t lds = kRes ? a.ldh : a.ldx;
   if (r0 >= r1) return;
   Moments ahead[kLag];  // statistics of rows r .. r + kLag - 1
   for (int64_t k = 0; k < kLag && r0 + k < r1; ++k) {
-    ahead[k] = RowMoments<T, false>(a.x + (r0 + k) * a.ldx, n, T(0), NoJob{});
+    ahead[k] = RowMoments<false>(First::Row(a, r0 + k), n, T(0), NoJob{});
   }
   for (int64_t r = r0; r < r1; ++r) {
-    const T *x = a.x + r * a.ldx;
-    T *y = a.y + r * a.ldy;
-    const T *next = r + kLag < r1 ? x + kLag * a.ldx : nullptr;
+    const E *x = xs + r * lds;
+    E *y = a.y + r * a.ldy;
+    const bool has_next = r + kLag < r1;
+    const typename First::Src next_src = First::Row(a, has_next ? r + kLag : r);
+    const typename First::Src *next = has_next ? &next_src : nullptr;
     const Moments mo = ahead[0];
     double var = mo.m2 * inv_n;
     double mean = mo.mean;
@@ -333,7 +373,7 @@ void LayerNormRowsT(const LayerNormArgs<T> &a, int64_t r0, int64_t r1) {
       // within a few standard deviations of zero and keep their digits. A data value as pivot can be
       // an outlier, sqrt(n) deviations away, and the float32 running mean then loses that factor.
       const T pivot = T(mean);
-      const Moments ms = RowMoments<T, true>(x, n, pivot, NoJob{});
+      const Moments ms = RowMoments<true>(RowOf<St>{x}, n, pivot, NoJob{});
       var = ms.m2 * inv_n;
       mean = double(pivot) + ms.mean;
     }
@@ -343,17 +383,17 @@ void LayerNormRowsT(const LayerNormArgs<T> &a, int64_t r0, int64_t r1) {
       rstd = 1.0 / Sqrt(var + eps);
       const T rs = T(rstd);
       if (near) {
-        mo2 = NormalizeAndNext<T, kW, kB, kStream, false>(next, n, x, y, a.weight, a.bias, T(0),
-                                                          T(-mean * rstd), rs);
+        mo2 = NormalizeAndNext<St, kW, kB, kStream, false>(next, n, x, y, a.weight, a.bias, T(0),
+                                                           T(-mean * rstd), rs);
       } else {
         const T hi = T(mean);
         const T lo = T(mean - double(hi));
-        mo2 = NormalizeAndNext<T, kW, kB, kStream, true>(next, n, x, y, a.weight, a.bias, hi,
-                                                         T(-lo * rs), rs);
+        mo2 = NormalizeAndNext<St, kW, kB, kStream, true>(next, n, x, y, a.weight, a.bias, hi,
+                                                          T(-lo * rs), rs);
       }
     } else {
-      ExactRow<T>(x, y, n, a.weight, a.bias, eps, &mean, &rstd);
-      if (next) mo2 = RowMoments<T, false>(next, n, T(0), NoJob{});
+      ExactRow<St>(x, y, n, a.weight, a.bias, eps, &mean, &rstd);
+      if (next) mo2 = RowMoments<false>(*next, n, T(0), NoJob{});
     }
     if (a.mean) a.mean[r] = T(mean);
     if (a.rstd) a.rstd[r] = T(rstd);
@@ -363,24 +403,46 @@ void LayerNormRowsT(const LayerNormArgs<T> &a, int64_t r0, int64_t r1) {
   if (kStream) Simd<T>::StreamFence();  // order the streamed y before whatever reads it next
 }
 
-template <class T, bool kStream>
-void LayerNormRowsS(const LayerNormArgs<T> &a, int64_t r0, int64_t r1) {
-  if (a.weight && a.bias) return LayerNormRowsT<T, true, true, kStream>(a, r0, r1);
-  if (a.weight) return LayerNormRowsT<T, true, false, kStream>(a, r0, r1);
-  if (a.bias) return LayerNormRowsT<T, false, true, kStream>(a, r0, r1);
-  return LayerNormRowsT<T, false, false, kStream>(a, r0, r1);
+template <class St, bool kRes, bool kStream>
+void LayerNormRowsS(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0,
+                    int64_t r1) {
+  if (a.weight && a.bias) return LayerNormRowsT<St, kRes, true, true, kStream>(a, r0, r1);
+  if (a.weight) return LayerNormRowsT<St, kRes, true, false, kStream>(a, r0, r1);
+  if (a.bias) return LayerNormRowsT<St, kRes, false, true, kStream>(a, r0, r1);
+  return LayerNormRowsT<St, kRes, false, false, kStream>(a, r0, r1);
 }
 
+// Whether a call writes y with non-temporal stores: y large, in rows long enough (the partial
+// cache lines at both ends of each row, which take plain stores, would otherwise be a large share
+// of its lines) and aligned to its element. Only float and double rows: the 16-bit vector store is
+// half a register, and a streamed 16-byte store was not worth a second vector API.
+template <class St>
+inline bool StreamY(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0,
+                    int64_t r1) {
+  const int64_t row_bytes = a.cols * int64_t(sizeof(typename St::E));
+  return St::kNative && (r1 - r0) * row_bytes >= kStreamBytes && row_bytes >= kStreamRowBytes &&
+         reinterpret_cast<uintptr_t>(a.y) % sizeof(typename St::E) == 0;
+}
+
+// Layer norm of rows stored in format St, with the residual add when a.res is not null; `stream`
+// false forbids non-temporal stores (the caller says y is fresh).
+template <class St>
+void LayerNormRowsOf(const AddNormArgs<typename St::E, typename St::T> &a, bool stream,
+                     int64_t r0, int64_t r1) {
+  if (stream && StreamY<St>(a, r0, r1)) {
+    if (a.res) return LayerNormRowsS<St, true, St::kNative>(a, r0, r1);
+    return LayerNormRowsS<St, false, St::kNative>(a, r0, r1);
+  }
+  if (a.res) return LayerNormRowsS<St, true, false>(a, r0, r1);
+  return LayerNormRowsS<St, false, false>(a, r0, r1);
+}
+
+// The table's entry for float and double rows.
 template <class T>
 void LayerNormRows(const LayerNormArgs<T> &a, int64_t r0, int64_t r1) {
-  // Rows shorter than kStreamRowBytes stream badly: the partial cache lines at both ends of each
-  // row, which take plain stores, would be a large share of its lines.
-  const int64_t row_bytes = a.cols * int64_t(sizeof(T));
-  const bool big = (r1 - r0) * row_bytes >= kStreamBytes && row_bytes >= kStreamRowBytes;
-  if (a.stream && big && reinterpret_cast<uintptr_t>(a.y) % sizeof(T) == 0) {
-    return LayerNormRowsS<T, true>(a, r0, r1);
-  }
-  return LayerNormRowsS<T, false>(a, r0, r1);
+  const AddNormArgs<T, T> b{a.x,    a.ldx,  nullptr, 0,      nullptr, 0,     a.y,    a.ldy,
+                            a.weight, a.bias, a.mean, a.rstd, a.cols,  a.eps, nullptr};
+  LayerNormRowsOf<Native<T>>(b, a.stream, r0, r1);
 }
 
 FASTLN_OPS_END

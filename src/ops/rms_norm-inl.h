@@ -41,17 +41,19 @@ inline void RowSums(int64_t n, VecTerm vec_term, TailTerm tail_term, double *out
   for (; i < n; ++i) tail_term(i, out);
 }
 
-// y = x * rstd (* w).
-template <class T, bool kW>
-inline void ScaleRow(const T *x, T *y, int64_t n, const T *w, T rstd) {
+// y = x * rstd (* w), x and y stored in format St.
+template <class St, bool kW>
+inline void ScaleRow(const typename St::E *x, typename St::E *y, int64_t n,
+                     const typename St::T *w, typename St::T rstd) {
+  using T = typename St::T;
   using S = Simd<T>;
   using V = typename S::V;
   constexpr int N = S::N;
   const V vr = S::Set(rstd);
   auto one = [&](int64_t i) {
-    V u = S::Mul(S::Load(x + i), vr);
+    V u = S::Mul(St::Load(x + i), vr);
     if (kW) u = S::Mul(u, S::Load(w + i));
-    S::Store(y + i, u);
+    St::Store(y + i, u);
   };
   int64_t i = 0;
   for (; i + 4 * N <= n; i += 4 * N) {
@@ -62,9 +64,9 @@ inline void ScaleRow(const T *x, T *y, int64_t n, const T *w, T rstd) {
   }
   for (; i + N <= n; i += N) one(i);
   for (; i < n; ++i) {
-    T u = x[i] * rstd;
+    T u = St::ToT(x[i]) * rstd;
     if (kW) u = u * w[i];
-    y[i] = u;
+    y[i] = St::FromT(u);
   }
 }
 
@@ -72,13 +74,15 @@ inline void ScaleRow(const T *x, T *y, int64_t n, const T *w, T rstd) {
 // NaN), squares that overflow T, and mean squares so small next to eps that they may have
 // underflowed. It scales the row by a power of two so that max |x| is near 1 and sums in double.
 // Returns rstd in double.
-template <class T>
-inline double RmsExactRow(const T *x, T *y, int64_t n, const T *w, double eps) {
+template <class St>
+inline double RmsExactRow(const typename St::E *x, typename St::E *y, int64_t n,
+                          const typename St::T *w, double eps) {
+  using T = typename St::T;
   double s1, s2;
-  if (!ExactScale(x, y, n, &s1, &s2)) return __builtin_nan("");
+  if (!ExactScale<St>(x, y, n, &s1, &s2)) return __builtin_nan("");
   double ss = 0.0;
   for (int64_t i = 0; i < n; ++i) {
-    const double v = double(x[i]) * s1 * s2;
+    const double v = double(St::ToT(x[i])) * s1 * s2;
     ss += v * v;
   }
   const double es = eps * s1 * s1 * s2 * s2;  // eps in the scaled units
@@ -91,47 +95,72 @@ inline double RmsExactRow(const T *x, T *y, int64_t n, const T *w, double eps) {
     f = 1.0 / Sqrt(eps);
   }
   for (int64_t i = 0; i < n; ++i) {
-    double u = double(x[i]) * s1 * s2 * f;
+    double u = double(St::ToT(x[i])) * s1 * s2 * f;
     if (w) u *= double(w[i]);
-    y[i] = T(u);
+    y[i] = St::FromT(T(u));
   }
   return s1 * s2 * f;
 }
 
 // y = x / sqrt(mean(x^2) + eps) * w: one read of the row for the sum of squares, one to scale it.
-template <class T, bool kW>
-void RmsNormRowsT(const LayerNormArgs<T> &a, int64_t r0, int64_t r1) {
+// With kRes that first read is the residual add (see FirstRead), and the scaling reads h.
+template <class St, bool kRes, bool kW>
+void RmsNormRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0,
+                  int64_t r1) {
+  using T = typename St::T;
+  using E = typename St::E;
   using S = Simd<T>;
   using V = typename S::V;
   const int64_t n = a.cols;
+  const E *xs = kRes ? a.h : a.x;
+  const int64_t lds = kRes ? a.ldh : a.ldx;
   for (int64_t r = r0; r < r1; ++r) {
-    const T *x = a.x + r * a.ldx;
-    T *y = a.y + r * a.ldy;
+    const typename FirstRead<St, kRes>::Src src = FirstRead<St, kRes>::Row(a, r);
+    const E *x = xs + r * lds;
+    E *y = a.y + r * a.ldy;
     double ss;
     RowSums<T, 1>(
         n,
-        [x](int64_t i, V *acc) {
-          const V v = S::Load(x + i);
+        [&src](int64_t i, V *acc) {
+          const V v = src.Load(i);
           acc[0] = S::MulAdd(v, v, acc[0]);
         },
-        [x](int64_t i, double *out) { out[0] += double(x[i]) * double(x[i]); }, &ss);
+        [&src](int64_t i, double *out) {
+          const double v = double(src.At(i));
+          out[0] += v * v;
+        },
+        &ss);
     const double ms = ss / double(n);
     double rstd;
     if (IsFinite(ms) && ms + a.eps >= TinyVar<T>()) {
       rstd = 1.0 / Sqrt(ms + a.eps);
-      ScaleRow<T, kW>(x, y, n, a.weight, T(rstd));
+      ScaleRow<St, kW>(x, y, n, a.weight, T(rstd));
     } else {
-      rstd = RmsExactRow<T>(x, y, n, a.weight, a.eps);
+      rstd = RmsExactRow<St>(x, y, n, a.weight, a.eps);
     }
     if (a.rstd) a.rstd[r] = T(rstd);
   }
 }
 
-// Uses x, y, weight, rstd, cols and eps of the arguments; bias and mean are ignored.
+// RMS norm of rows stored in format St, with the residual add when a.res is not null. Uses x, y,
+// weight, rstd, cols and eps of the arguments (and res, h); bias and mean are ignored.
+template <class St>
+void RmsNormRowsOf(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0,
+                   int64_t r1) {
+  if (a.res) {
+    if (a.weight) return RmsNormRowsT<St, true, true>(a, r0, r1);
+    return RmsNormRowsT<St, true, false>(a, r0, r1);
+  }
+  if (a.weight) return RmsNormRowsT<St, false, true>(a, r0, r1);
+  return RmsNormRowsT<St, false, false>(a, r0, r1);
+}
+
+// The table's entry for float and double rows.
 template <class T>
 void RmsNormRows(const LayerNormArgs<T> &a, int64_t r0, int64_t r1) {
-  if (a.weight) return RmsNormRowsT<T, true>(a, r0, r1);
-  return RmsNormRowsT<T, false>(a, r0, r1);
+  const AddNormArgs<T, T> b{a.x,    a.ldx,  nullptr, 0,      nullptr, 0,     a.y,    a.ldy,
+                            a.weight, a.bias, a.mean, a.rstd, a.cols,  a.eps, nullptr};
+  RmsNormRowsOf<Native<T>>(b, r0, r1);
 }
 
 FASTLN_OPS_END
