@@ -77,6 +77,15 @@ def _output_rows(a, rows: int, cols: int, inputs) -> np.ndarray | None:
 def norm(rms, x, weight, bias, eps, axis, out, return_stats, residual, residual_out):
     """fastln.layer_norm (rms False) or fastln.rms_norm (rms True, bias None) with residual= or a
     16-bit x: see their docstrings. The statistics are (mean, rstd), or (rstd,) for RMS norm."""
+    if isinstance(x, np.ndarray):
+        # The common call (C-contiguous arrays, last axis, no statistics) is checked in C.
+        fmt = storage_format(x.dtype)
+        if fmt is not None:
+            res = _core.add_norm_fast(
+                x, residual, weight, bias, eps, out, residual_out, axis, return_stats, fmt, rms
+            )
+            if res is not None:
+                return res
     x = as_input(x, "x")
     fmt = storage_format(x.dtype)
     ax, rows, cols, norm_shape = split_axis(x, axis)

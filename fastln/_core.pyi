@@ -61,6 +61,19 @@ def add_norm_2d(
     fmt: int,
     rms: bool,
 ) -> None: ...
+def add_norm_fast(
+    x: object,
+    residual: object,
+    weight: object,
+    bias: object,
+    eps: object,
+    out: object,
+    residual_out: object,
+    axis: object,
+    return_stats: object,
+    fmt: int,
+    rms: bool,
+) -> object: ...
 def isa() -> str: ...
 def best_isa() -> str: ...
 def isa_supported(name: str) -> bool: ...

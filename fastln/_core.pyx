@@ -179,6 +179,17 @@ cdef inline bint _param_ok(object p, int t, cnp.npy_intp d):
     return _plain(a, t) and cnp.PyArray_NDIM(a) == 1 and cnp.PyArray_DIMS(a)[0] == d
 
 
+cdef inline bint _common_call(object x, object eps, object axis, object return_stats):
+    """The fast paths' shared conditions: x an exact ndarray, axis -1, no statistics, eps a float,
+    finite and >= 0."""
+    if not cnp.PyArray_CheckExact(x) or return_stats is not False or type(eps) is not float:
+        return False
+    if type(axis) is not int or axis != -1:
+        return False
+    cdef double e = eps
+    return e >= 0 and e - e == 0
+
+
 def layer_norm_fast(x, weight, bias, eps, out, axis, return_stats):
     """fastln.layer_norm for its common call, done here in C; None for any other call.
 
@@ -189,13 +200,9 @@ def layer_norm_fast(x, weight, bias, eps, out, axis, return_stats):
     fastln.layer_norm runs its general path, with its checks and errors. At D = 768 the Python
     checks of that path cost several times the kernel.
     """
-    if not cnp.PyArray_CheckExact(x) or return_stats is not False or type(eps) is not float:
-        return None
-    if type(axis) is not int or axis != -1:
+    if not _common_call(x, eps, axis, return_stats):
         return None
     cdef double e = eps
-    if not (e >= 0 and e - e == 0):
-        return None
     cdef cnp.ndarray xa = <cnp.ndarray>x
     cdef int t = cnp.PyArray_TYPE(xa)
     cdef int nd = cnp.PyArray_NDIM(xa)
@@ -206,7 +213,7 @@ def layer_norm_fast(x, weight, bias, eps, out, axis, return_stats):
         return None
     cdef cnp.ndarray ya
     cdef char *px = <char *>cnp.PyArray_DATA(xa)
-    cdef char *py
+    cdef char *py = NULL
     cdef cnp.npy_intp nbytes = cnp.PyArray_NBYTES(xa)
     cdef int i
     if out is None:
@@ -342,6 +349,48 @@ FLOAT16 = _FLOAT16
 BFLOAT16 = _BFLOAT16
 
 
+cdef int _add_norm_call(int fmt, int t, bint rms, void *px, int64_t ldx, void *pr, int64_t ldr,
+                        void *ph, int64_t ldh, void *py, int64_t ldy, void *w, void *b, void *m,
+                        void *r, int64_t rows, int64_t cols, double eps) noexcept nogil:
+    """The C entry point of add_norm_2d's and add_norm_fast's arguments; returns its status."""
+    if rms:
+        if fmt == _FLOAT16:
+            return fastln_add_rms_norm_f16(
+                <const uint16_t *>px, ldx, <const uint16_t *>pr, ldr, <uint16_t *>ph, ldh,
+                <uint16_t *>py, ldy, <const float *>w, <float *>r, rows, cols, eps)
+        elif fmt == _BFLOAT16:
+            return fastln_add_rms_norm_bf16(
+                <const uint16_t *>px, ldx, <const uint16_t *>pr, ldr, <uint16_t *>ph, ldh,
+                <uint16_t *>py, ldy, <const float *>w, <float *>r, rows, cols, eps)
+        elif t == cnp.NPY_FLOAT32:
+            return fastln_add_rms_norm_f32(
+                <const float *>px, ldx, <const float *>pr, ldr, <float *>ph, ldh,
+                <float *>py, ldy, <const float *>w, <float *>r, rows, cols, eps)
+        else:
+            return fastln_add_rms_norm_f64(
+                <const double *>px, ldx, <const double *>pr, ldr, <double *>ph, ldh,
+                <double *>py, ldy, <const double *>w, <double *>r, rows, cols, eps)
+    elif fmt == _FLOAT16:
+        return fastln_add_layer_norm_f16(
+            <const uint16_t *>px, ldx, <const uint16_t *>pr, ldr, <uint16_t *>ph, ldh,
+            <uint16_t *>py, ldy, <const float *>w, <const float *>b, <float *>m, <float *>r,
+            rows, cols, eps)
+    elif fmt == _BFLOAT16:
+        return fastln_add_layer_norm_bf16(
+            <const uint16_t *>px, ldx, <const uint16_t *>pr, ldr, <uint16_t *>ph, ldh,
+            <uint16_t *>py, ldy, <const float *>w, <const float *>b, <float *>m, <float *>r,
+            rows, cols, eps)
+    elif t == cnp.NPY_FLOAT32:
+        return fastln_add_layer_norm_f32(
+            <const float *>px, ldx, <const float *>pr, ldr, <float *>ph, ldh, <float *>py, ldy,
+            <const float *>w, <const float *>b, <float *>m, <float *>r, rows, cols, eps)
+    else:
+        return fastln_add_layer_norm_f64(
+            <const double *>px, ldx, <const double *>pr, ldr, <double *>ph, ldh,
+            <double *>py, ldy, <const double *>w, <const double *>b, <double *>m,
+            <double *>r, rows, cols, eps)
+
+
 def add_norm_2d(cnp.ndarray x, residual, h, cnp.ndarray y, weight, bias, mean, rstd,
                 double eps, int fmt, bint rms):
     """y[i, :] = layer norm (rms: RMS norm) of h[i, :] = x[i, :] + residual[i, :] (residual None:
@@ -385,43 +434,110 @@ def add_norm_2d(cnp.ndarray x, residual, h, cnp.ndarray y, weight, bias, mean, r
     cdef void *py = cnp.PyArray_DATA(y)
     cdef int status
     with nogil:
-        if rms:
-            if fmt == _FLOAT16:
-                status = fastln_add_rms_norm_f16(
-                    <const uint16_t *>px, ldx, <const uint16_t *>pr, ldr, <uint16_t *>ph, ldh,
-                    <uint16_t *>py, ldy, <const float *>w, <float *>r, rows, cols, eps)
-            elif fmt == _BFLOAT16:
-                status = fastln_add_rms_norm_bf16(
-                    <const uint16_t *>px, ldx, <const uint16_t *>pr, ldr, <uint16_t *>ph, ldh,
-                    <uint16_t *>py, ldy, <const float *>w, <float *>r, rows, cols, eps)
-            elif t == cnp.NPY_FLOAT32:
-                status = fastln_add_rms_norm_f32(
-                    <const float *>px, ldx, <const float *>pr, ldr, <float *>ph, ldh,
-                    <float *>py, ldy, <const float *>w, <float *>r, rows, cols, eps)
-            else:
-                status = fastln_add_rms_norm_f64(
-                    <const double *>px, ldx, <const double *>pr, ldr, <double *>ph, ldh,
-                    <double *>py, ldy, <const double *>w, <double *>r, rows, cols, eps)
-        elif fmt == _FLOAT16:
-            status = fastln_add_layer_norm_f16(
-                <const uint16_t *>px, ldx, <const uint16_t *>pr, ldr, <uint16_t *>ph, ldh,
-                <uint16_t *>py, ldy, <const float *>w, <const float *>b, <float *>m, <float *>r,
-                rows, cols, eps)
-        elif fmt == _BFLOAT16:
-            status = fastln_add_layer_norm_bf16(
-                <const uint16_t *>px, ldx, <const uint16_t *>pr, ldr, <uint16_t *>ph, ldh,
-                <uint16_t *>py, ldy, <const float *>w, <const float *>b, <float *>m, <float *>r,
-                rows, cols, eps)
-        elif t == cnp.NPY_FLOAT32:
-            status = fastln_add_layer_norm_f32(
-                <const float *>px, ldx, <const float *>pr, ldr, <float *>ph, ldh, <float *>py, ldy,
-                <const float *>w, <const float *>b, <float *>m, <float *>r, rows, cols, eps)
-        else:
-            status = fastln_add_layer_norm_f64(
-                <const double *>px, ldx, <const double *>pr, ldr, <double *>ph, ldh,
-                <double *>py, ldy, <const double *>w, <const double *>b, <double *>m,
-                <double *>r, rows, cols, eps)
+        status = _add_norm_call(fmt, t, rms, px, ldx, pr, ldr, ph, ldh, py, ldy, w, b, m, r, rows,
+                                cols, eps)
     _check(status)
+
+
+cdef inline bint _like(object a, cnp.ndarray x, int t):
+    """a is an exact ndarray of x's shape and typenum t, plain (see _plain)."""
+    if not cnp.PyArray_CheckExact(a):
+        return False
+    cdef cnp.ndarray arr = <cnp.ndarray>a
+    cdef int nd = cnp.PyArray_NDIM(x)
+    if not _plain(arr, t) or cnp.PyArray_NDIM(arr) != nd:
+        return False
+    cdef int i
+    for i in range(nd):
+        if cnp.PyArray_DIMS(arr)[i] != cnp.PyArray_DIMS(x)[i]:
+            return False
+    return True
+
+
+cdef inline bint _apart(char *a, char *b, cnp.npy_intp nbytes):
+    """Blocks of nbytes at a and b do not overlap."""
+    return a + nbytes <= b or b + nbytes <= a
+
+
+def add_norm_fast(x, residual, weight, bias, eps, out, residual_out, axis, return_stats, int fmt,
+                  bint rms):
+    """fastln.layer_norm (rms: rms_norm) with residual= or 16-bit x, for its common call, done
+    here in C; None for any other call, which then takes _add_norm.norm's general path.
+
+    Takes: x an exact ndarray in storage format fmt (the caller's storage_format(x.dtype)), native
+    order, aligned, C-contiguous, ndim >= 1, D = x.shape[-1] > 0; residual None or such an array of
+    x's dtype and shape; axis == -1; return_stats False; eps a float, finite and >= 0; weight and
+    bias None or plain 1-D arrays of length D, of x's dtype (float32 for 16-bit x); out and
+    residual_out None or plain writeable arrays of x's dtype and shape, each x or residual itself
+    or apart from both, and apart from each other; residual_out only with residual. The Python
+    checks of the general path cost ~12 us a call, the kernel ~0.3 us at 1 x 768.
+    """
+    if not _common_call(x, eps, axis, return_stats) or (residual is None and
+                                                        residual_out is not None):
+        return None
+    cdef double e = eps
+    cdef cnp.ndarray xa = <cnp.ndarray>x
+    cdef int t = cnp.PyArray_TYPE(xa)
+    cdef int nd = cnp.PyArray_NDIM(xa)
+    cdef int p
+    if fmt == _NATIVE and (t == cnp.NPY_FLOAT32 or t == cnp.NPY_FLOAT64):
+        p = t
+    elif (fmt == _FLOAT16 and t == cnp.NPY_FLOAT16) or (fmt == _BFLOAT16 and
+                                                        cnp.PyArray_ITEMSIZE(xa) == 2):
+        p = cnp.NPY_FLOAT32
+    else:
+        return None
+    if nd < 1 or not _plain(xa, t):
+        return None
+    cdef cnp.npy_intp d = cnp.PyArray_DIMS(xa)[nd - 1]
+    if d <= 0 or not _param_ok(weight, p, d) or not _param_ok(bias, p, d):
+        return None
+    if rms and bias is not None:
+        return None
+    cdef cnp.npy_intp nbytes = cnp.PyArray_NBYTES(xa)
+    cdef char *px = <char *>cnp.PyArray_DATA(xa)
+    cdef char *pr = NULL
+    cdef char *py = NULL
+    cdef char *ph = NULL
+    if residual is not None:
+        if not _like(residual, xa, t):
+            return None
+        pr = <char *>cnp.PyArray_DATA(<cnp.ndarray>residual)
+    # Outputs: each is an input itself (the kernel reads a row before it writes it) or apart from
+    # the inputs, and the two are apart from each other.
+    if out is not None:
+        if not _like(out, xa, t) or not cnp.PyArray_ISWRITEABLE(<cnp.ndarray>out):
+            return None
+        py = <char *>cnp.PyArray_DATA(<cnp.ndarray>out)
+        if (py != px and not _apart(py, px, nbytes)) or (
+                pr != NULL and py != pr and not _apart(py, pr, nbytes)):
+            return None
+    if residual_out is not None:
+        if not _like(residual_out, xa, t) or not cnp.PyArray_ISWRITEABLE(<cnp.ndarray>residual_out):
+            return None
+        ph = <char *>cnp.PyArray_DATA(<cnp.ndarray>residual_out)
+        if ((ph != px and not _apart(ph, px, nbytes)) or (ph != pr and not _apart(ph, pr, nbytes))
+                or (out is not None and not _apart(ph, py, nbytes))):
+            return None
+    # PyArray_EMPTY takes a user dtype's typenum too (ml_dtypes registers bfloat16).
+    cdef cnp.ndarray ya = (<cnp.ndarray>out if out is not None
+                           else cnp.PyArray_EMPTY(nd, cnp.PyArray_DIMS(xa), t, 0))
+    cdef cnp.ndarray ha = None
+    if residual is not None:
+        ha = (<cnp.ndarray>residual_out if residual_out is not None
+              else cnp.PyArray_EMPTY(nd, cnp.PyArray_DIMS(xa), t, 0))
+        ph = <char *>cnp.PyArray_DATA(ha)
+    py = <char *>cnp.PyArray_DATA(ya)
+    cdef int64_t rows = cnp.PyArray_SIZE(xa) // d
+    cdef void *w = NULL if weight is None else cnp.PyArray_DATA(<cnp.ndarray>weight)
+    cdef void *b = NULL if bias is None else cnp.PyArray_DATA(<cnp.ndarray>bias)
+    cdef int status = 0
+    if rows > 0:
+        with nogil:
+            status = _add_norm_call(fmt, t, rms, px, d, pr, d, ph, d, py, d, w, b, NULL, NULL, rows,
+                                    d, e)
+        _check(status)
+    return ya if ha is None else (ya, ha)
 
 
 cdef inline int64_t _rows_of(object a, cnp.ndarray x, int64_t rows, int64_t cols,

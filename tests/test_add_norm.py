@@ -232,6 +232,93 @@ def test_core_rejects_unsafe_residual_calls():
         )
 
 
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
+def test_fast_path_matches_general_path(isa, rng, op, dtype):
+    # The common call is checked in C (_core.add_norm_fast); return_stats=True takes the Python
+    # path. Every way of passing out= and residual_out= gives the same bits on both.
+    from fastln import _add_norm, _core
+
+    dt = _half(dtype) if dtype in ("float16", "bfloat16") else np.dtype(dtype)
+    pdt = F32 if dt.itemsize == 2 else dt
+    x, r = _data(rng, (5, 3, 37), dt), _data(rng, (5, 3, 37), dt)
+    w, b = _data(rng, 37, pdt, c=1.0), _data(rng, 37, pdt)
+    if op == "rms_norm":
+        b = None
+    fmt = _add_norm.storage_format(dt)
+    want_y, want_h, *_ = _norm(op, x, w, b, eps=1e-5, residual=r, return_stats=True)
+    for out_to, h_to in [(None, None), ("new", "new"), ("x", "r"), ("r", "x"), ("new", "x")]:
+        xc, rc = x.copy(), r.copy()
+        pick = {None: None, "new": None, "x": xc, "r": rc}
+        out = np.empty_like(x) if out_to == "new" else pick[out_to]
+        hout = np.empty_like(x) if h_to == "new" else pick[h_to]
+        got = _core.add_norm_fast(xc, rc, w, b, 1e-5, out, hout, -1, False, fmt, op == "rms_norm")
+        assert got is not None, (out_to, h_to)
+        y, h = got
+        assert y.dtype == h.dtype == dt
+        if out is not None:
+            assert y is out
+        if hout is not None:
+            assert h is hout
+        np.testing.assert_array_equal(_bits(h) if dt.itemsize == 2 else h,
+                                      _bits(want_h) if dt.itemsize == 2 else want_h)
+        np.testing.assert_array_equal(_bits(y) if dt.itemsize == 2 else y,
+                                      _bits(want_y) if dt.itemsize == 2 else want_y)
+    # Without residual: the 16-bit (or plain) norm.
+    y = _core.add_norm_fast(x, None, w, b, 1e-5, None, None, -1, False, fmt, op == "rms_norm")
+    want = _norm(op, x, w, b, eps=1e-5, return_stats=True)[0]
+    np.testing.assert_array_equal(y.astype(np.float64), want.astype(np.float64))
+
+
+class _Sub(np.ndarray):
+    pass
+
+
+def test_fast_path_declines_what_it_cannot_do(rng):
+    from fastln import _core
+
+    x = _data(rng, (4, 16), np.float32)
+    r = _data(rng, (4, 16), np.float32)
+    buf = np.zeros((5, 16), np.float32)
+    w32 = np.ones(16, np.float32)
+    ro = np.zeros_like(x)
+    ro.flags.writeable = False
+    N = _core.NATIVE
+
+    def fast(x=x, r=r, w=None, b=None, eps=1e-5, out=None, hout=None, axis=-1, stats=False,
+             fmt=N, rms=False):
+        return _core.add_norm_fast(x, r, w, b, eps, out, hout, axis, stats, fmt, rms)
+
+    assert fast() is not None
+    declined = [
+        fast(x=buf[:4], out=buf[1:]),  # out overlaps x partly
+        fast(r=buf[:4], hout=buf[1:]),  # residual_out overlaps residual partly
+        fast(out=buf[:4], hout=buf[1:]),  # out and residual_out overlap
+        fast(out=x, hout=x),  # both outputs the same array
+        fast(hout=ro),  # read-only output
+        fast(x=x[:, ::2], r=r[:, ::2]),  # not contiguous
+        fast(r=r.astype(np.float64)),  # residual of another dtype
+        fast(r=r[:3]),  # residual of another shape
+        fast(r=None, hout=ro),  # residual_out without residual
+        fast(w=np.ones(16, np.float64)),  # parameter of another dtype
+        fast(w=w32[:8]),  # parameter of another length
+        fast(b=w32, rms=True),  # RMS norm has no bias
+        fast(axis=0),
+        fast(stats=True),
+        fast(eps=-1.0),
+        fast(eps=1),  # an int: the general path converts it
+        fast(x=x.astype(np.float16), r=r.astype(np.float16)),  # 2-byte x, format NATIVE
+        fast(fmt=_core.FLOAT16),  # 4-byte x called float16
+        fast(x=x.astype(np.float16), r=r.astype(np.float16), w=np.ones(16, np.float16),
+             fmt=_core.FLOAT16),  # 16-bit x takes float32 parameters here
+        fast(x=x.view(_Sub), r=r),  # a subclass
+    ]
+    assert all(d is None for d in declined)
+    # ... and the public functions still give the right answer for those calls.
+    y, h = fastln.layer_norm(buf[:4], residual=buf[1:], residual_out=buf[1:])
+    assert np.isfinite(y).all()
+
+
 def test_residual_matches_torch(isa, rng):
     torch = pytest.importorskip("torch")
     x, r = _data(rng, (5, 384), np.float32), _data(rng, (5, 384), np.float32)
