@@ -79,6 +79,35 @@ def test_residual_equals_unfused(isa, rng, op, dtype, cols):
 
 
 @pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
+@pytest.mark.parametrize("h_to", ["new", "x", "residual"])
+def test_residual_rows_read_back_from_h(isa, rng, op, dtype, h_to):
+    # Rows at a large offset (the shifted statistics pass), rows whose squares overflow (the exact
+    # path) and a NaN row all read h again after the pass that wrote it, also when h is x or r.
+    dt = _half(dtype) if dtype in ("float16", "bfloat16") else np.dtype(dtype)
+    cols = 67
+    big = {"float32": 1e30, "float64": 1e300, "float16": 3e4, "bfloat16": 1e30}[dtype]
+    x = _data(rng, (7, cols), dt, s=0.5)
+    x[1:3] = _data(rng, (2, cols), dt, c=1000.0, s=1.0)  # offset: |mean| >> std
+    x[3] = _data(rng, cols, dt, c=big / 4, s=big / 8)  # exact path: squares overflow
+    x[4, 5] = np.nan
+    r = _data(rng, (7, cols), dt, s=0.25)
+    w = _data(rng, cols, F32 if dt.itemsize == 2 else dt, c=1.0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        want_h = x + r
+        want_y = _norm(op, want_h, w)
+    xc, rc = x.copy(), r.copy()
+    hout = {"new": None, "x": xc, "residual": rc}[h_to]
+    y, h = _norm(op, xc, w, residual=rc, residual_out=hout)
+    nan = np.isnan(want_y.astype(np.float64))
+    assert nan[4].all() and not nan[[0, 1, 2, 3, 5, 6]].any()
+    np.testing.assert_array_equal(_bits(h) if dt.itemsize == 2 else h,
+                                  _bits(want_h) if dt.itemsize == 2 else want_h)
+    np.testing.assert_array_equal(y.astype(np.float64)[~nan], want_y.astype(np.float64)[~nan])
+    assert np.isnan(y.astype(np.float64)[nan]).all()
+
+
+@pytest.mark.parametrize("op", OPS)
 def test_residual_large_output_streams(isa, rng, op):
     # 4 MiB of y: large enough for non-temporal stores of y (2 MiB per thread at two threads).
     x = _data(rng, (128, 8192), np.float32)
