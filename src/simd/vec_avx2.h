@@ -44,22 +44,33 @@ struct Simd<float> {
   static inline void StoreF16(uint16_t *p, V v) {
     _mm_storeu_si128(reinterpret_cast<__m128i *>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
   }
+  // bfloat16 is the top half of a float. Widening: the 8 values broadcast to both 128-bit lanes
+  // (a pure load), then one in-lane byte shuffle puts each in the top half of its float lane.
+  // (vpmovzxwd + vpslld would take two ALU operations instead of one.)
   static inline V LoadBF16(const uint16_t *p) {
-    const __m256i u = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i *>(p));
+    const __m256i b = _mm256_broadcastsi128_si256(v);
+    const __m256i top = _mm256_setr_epi8(-128, -128, 0, 1, -128, -128, 2, 3, -128, -128, 4, 5,
+                                         -128, -128, 6, 7, -128, -128, 8, 9, -128, -128, 10, 11,
+                                         -128, -128, 12, 13, -128, -128, 14, 15);
+    return _mm256_castsi256_ps(_mm256_shuffle_epi8(b, top));
   }
   static inline void StoreBF16(uint16_t *p, V v) {
     // Round to nearest even by adding 0x7fff plus the lowest kept bit; NaN lanes add nothing and
-    // get the quiet bit instead. Masks rather than a blend: 8 single-uop operations instead of
-    // 10, on a path that runs once per stored vector.
+    // get the quiet bit instead. Masks rather than a blend, and the top halves gathered by a byte
+    // shuffle and a qword permute rather than shift, extract and pack: 10 single-uop operations
+    // instead of 13, on a path that runs once per stored vector.
     const __m256i x = _mm256_castps_si256(v);
     const __m256i num = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_ORD_Q));  // 0 in NaN lanes
     const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
     const __m256i bias = _mm256_and_si256(_mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff)), num);
     const __m256i quiet = _mm256_andnot_si256(num, _mm256_set1_epi32(0x400000));
-    const __m256i r = _mm256_srli_epi32(_mm256_or_si256(_mm256_add_epi32(x, bias), quiet), 16);
-    _mm_storeu_si128(reinterpret_cast<__m128i *>(p),
-                     _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1)));
+    const __m256i r = _mm256_or_si256(_mm256_add_epi32(x, bias), quiet);
+    const __m256i hi = _mm256_setr_epi8(2, 3, 6, 7, 10, 11, 14, 15, -128, -128, -128, -128, -128,
+                                        -128, -128, -128, 2, 3, 6, 7, 10, 11, 14, 15, -128, -128,
+                                        -128, -128, -128, -128, -128, -128);
+    const __m256i q = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(r, hi), 0x08);
+    _mm_storeu_si128(reinterpret_cast<__m128i *>(p), _mm256_castsi256_si128(q));
   }
 };
 
