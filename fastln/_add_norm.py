@@ -115,10 +115,10 @@ def norm(rms, x, weight, bias, eps, axis, out, return_stats, residual, residual_
     if out is not None:
         check_out(out, x)
 
-    y = out if out is not None else np.empty(shape, dtype=x.dtype)
+    y = out if out is not None else _core.empty(shape, x.dtype)
     h = None
     if residual is not None:
-        h = residual_out if residual_out is not None else np.empty(shape, dtype=x.dtype)
+        h = residual_out if residual_out is not None else _core.empty(shape, x.dtype)
     mean = rstd = None
     stats: tuple = ()
     if return_stats:

@@ -578,13 +578,17 @@ def add_norm_fast(x, residual, weight, bias, eps, out, residual_out, axis, retur
         if ((ph != px and not _apart(ph, px, nbytes)) or (ph != pr and not _apart(ph, pr, nbytes))
                 or (out is not None and not _apart(ph, py, nbytes))):
             return None
-    # PyArray_EMPTY takes a user dtype's typenum too (ml_dtypes registers bfloat16).
+    # New outputs come from the output cache; PyArray_EMPTY takes a user dtype's typenum too
+    # (ml_dtypes registers bfloat16). Whether their pages are fresh (flags) is not passed on: the
+    # fused kernels have no such flag.
+    cdef int flags = 0
+    cdef cnp.npy_intp item = cnp.PyArray_ITEMSIZE(xa)
     cdef cnp.ndarray ya = (<cnp.ndarray>out if out is not None
-                           else cnp.PyArray_EMPTY(nd, cnp.PyArray_DIMS(xa), t, 0))
+                           else _output(nd, cnp.PyArray_DIMS(xa), t, item, &flags))
     cdef cnp.ndarray ha = None
     if residual is not None:
         ha = (<cnp.ndarray>residual_out if residual_out is not None
-              else cnp.PyArray_EMPTY(nd, cnp.PyArray_DIMS(xa), t, 0))
+              else _output(nd, cnp.PyArray_DIMS(xa), t, item, &flags))
         ph = <char *>cnp.PyArray_DATA(ha)
     py = <char *>cnp.PyArray_DATA(ya)
     cdef int64_t rows = cnp.PyArray_SIZE(xa) // d
