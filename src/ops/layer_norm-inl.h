@@ -414,8 +414,10 @@ void LayerNormRowsS(const AddNormArgs<typename St::E, typename St::T> &a, int64_
 
 // Whether a call writes y with non-temporal stores: y large, in rows long enough (the partial
 // cache lines at both ends of each row, which take plain stores, would otherwise be a large share
-// of its lines) and aligned to its element. Only float and double rows: the 16-bit vector store is
-// half a register, and a streamed 16-byte store was not worth a second vector API.
+// of its lines) and aligned to its element. Only float and double rows: a 16-bit row's vector store
+// is half a register, and streaming those 16-byte stores was slower everywhere it was tried (1
+// thread, float16 layer_norm: 8192x1024 3.38 ms against 2.47 ms plain, 2048x1024 0.40 against
+// 0.37 ms; bfloat16 8192x1024 6.6 against 3.9 ms).
 template <class St>
 inline bool StreamY(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0,
                     int64_t r1) {
