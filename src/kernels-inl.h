@@ -123,7 +123,7 @@ struct Float16Format {
   static constexpr bool kNative = false;
   static inline S::V Load(const E *p) { return S::LoadF16(p); }
   static inline void Store(E *p, S::V v) { S::StoreF16(p, v); }
-  static inline void StoreStream(E *p, S::V v) { S::StoreF16(p, v); }  // never taken: kNative
+  static inline void StoreStream(E *p, S::V v) { S::StoreF16(p, v); }  // unused: see StreamY
   static inline float ToT(E e) { return HalfToFloat(e); }
   static inline E FromT(float f) { return FloatToHalf(f); }
 };
@@ -135,7 +135,7 @@ struct BFloat16Format {
   static constexpr bool kNative = false;
   static inline S::V Load(const E *p) { return S::LoadBF16(p); }
   static inline void Store(E *p, S::V v) { S::StoreBF16(p, v); }
-  static inline void StoreStream(E *p, S::V v) { S::StoreBF16(p, v); }  // never taken: kNative
+  static inline void StoreStream(E *p, S::V v) { S::StoreBF16(p, v); }  // unused: see StreamY
   static inline float ToT(E e) { return BFloat16ToFloat(e); }
   static inline E FromT(float f) { return FloatToBFloat16(f); }
 };
