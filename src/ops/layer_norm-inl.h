@@ -88,8 +88,11 @@ inline Moments RowMoments(const T *x, int64_t n, T pivot, const Job &job) {
     // The squares are taken about p, one of the lane means, rather than about mean, so that the
     // three sums run side by side instead of one after the other (on short rows this chain of
     // latencies is the cost of a row): sum((M - mean)^2) = sum((M - p)^2) - K (mean - p)^2, where
-    // the second term is at most the first (no cancellation worth a bit).
-    const V vp = S::Set(S::First(M[0]));
+    // the second term is at most the first. It cancels when p is an outlier lane (with 64 lanes of
+    // 3 values each, the lane holding one far value), so the shifted pass, whose lane means are
+    // already centred on zero, takes p = 0 instead.
+    const T p = kShift ? T(0) : S::First(M[0]);
+    const V vp = S::Set(p);
     V msum = M[0], qsum = Q[0];
     V dd = S::Zero();
     for (int a = 0; a < kAcc; ++a) {
@@ -101,7 +104,7 @@ inline Moments RowMoments(const T *x, int64_t n, T pivot, const Job &job) {
       dd = S::MulAdd(d, d, dd);
     }
     const double mean = double(S::ReduceSum(msum)) * (1.0 / double(kBlock));
-    const double dp = mean - double(S::First(M[0]));
+    const double dp = mean - double(p);
     const double cnt = double(nblocks);
     total = Moments{cnt * double(kBlock), mean,
                     double(S::ReduceSum(qsum)) +
