@@ -43,6 +43,14 @@ struct Simd<float> {
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
   }
+  static inline double ReduceSumDouble(V a) {
+    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
+    const __m512d d = _mm512_add_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(a)), _mm512_cvtps_pd(hi));
+    const __m256d h = _mm256_add_pd(_mm512_castpd512_pd256(d), _mm512_extractf64x4_pd(d, 1));
+    __m128d s = _mm_add_pd(_mm256_castpd256_pd128(h), _mm256_extractf128_pd(h, 1));
+    s = _mm_add_sd(s, _mm_unpackhi_pd(s, s));
+    return _mm_cvtsd_f64(s);
+  }
   // 16-bit storage <-> float lanes. binary16: vcvtph2ps / vcvtps2ph on zmm (AVX512F), exact and
   // round-to-nearest-even like half.h. bfloat16 by shifts, with round-to-nearest-even and NaN kept
   // quiet as half.h does; not vcvtneps2bf16 (AVX512_BF16), which flushes subnormals to zero.
@@ -92,6 +100,7 @@ struct Simd<double> {
     s = _mm_add_sd(s, _mm_unpackhi_pd(s, s));
     return _mm_cvtsd_f64(s);
   }
+  static inline double ReduceSumDouble(V a) { return ReduceSum(a); }
   // N floats from p, widened: lets float32 data accumulate in double at full vector width.
   static inline V LoadFloat(const float *p) { return _mm512_cvtps_pd(_mm256_loadu_ps(p)); }
 };
