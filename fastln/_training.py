@@ -125,6 +125,11 @@ def rms_norm(
 
 
 def _backward(dy, x, mean, rstd, weight, axis, center: bool):
+    # The common call (C-contiguous arrays of one float dtype, the last axis, plain statistics and
+    # weight) runs with its checks done in C; any other call gets None back and goes on below.
+    got = _core.norm_backward_fast(dy, x, mean, rstd, weight, axis, center)
+    if got is not None:
+        return got
     if _add_norm.is_16bit(x) or _add_norm.is_16bit(dy):
         return _add_norm.backward(_backward, dy, x, mean, rstd, weight, axis, center)
     x = as_float_array(x, "x")
