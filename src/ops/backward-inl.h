@@ -20,6 +20,36 @@ constexpr int64_t kGroupBytes = 1024 * 1024;
 // Each lane of the row sums adds at most this many terms in T before they go to double.
 constexpr int64_t kFlushVecs = 32;
 
+// dx = g * rstd + (x - mean) * k2 + k3 for one row. A row whose |mean| is at most kNear standard
+// deviations (and every RMSNorm row, mean = 0) skips the subtraction: dx = g * rstd + x * k2 + k3'
+// with k3' = k3 - mean * k2. There |x| <= |x - mean| + kNear * std, so x * k2 and mean * k2 are no
+// larger than the terms dx has anyway, and their roundings cost a few units in the last place of
+// those terms. Other rows subtract mean first, as the forward pass shifts such rows.
+template <class T, bool kW, bool kShift>
+inline void DxRow(const T *dy, const T *x, const T *w, T *dx, int64_t n, T mean, T rstd, T k2,
+                  T k3) {
+  using S = Simd<T>;
+  using V = typename S::V;
+  constexpr int N = S::N;
+  const V vm = S::Set(mean), vr = S::Set(rstd), c2 = S::Set(k2), c3 = S::Set(k3);
+  auto one = [&](int64_t i) {
+    const V g = kW ? S::Mul(S::Load(dy + i), S::Load(w + i)) : S::Load(dy + i);
+    const V xc = kShift ? S::Sub(S::Load(x + i), vm) : S::Load(x + i);
+    S::Store(dx + i, S::MulAdd(g, vr, S::MulAdd(xc, c2, c3)));
+  };
+  int64_t i = 0;
+  for (; i + 2 * N <= n; i += 2 * N) {
+    one(i);
+    one(i + N);
+  }
+  for (; i + N <= n; i += N) one(i);
+  for (; i < n; ++i) {
+    const T g = kW ? dy[i] * w[i] : dy[i];
+    const T xc = kShift ? x[i] - mean : x[i];
+    dx[i] = g * rstd + (xc * k2 + k3);
+  }
+}
+
 template <class T, int R, bool kCenter, bool kW, bool kGrad>
 inline void BackwardGroup(const NormBackwardArgs<T> &a, int64_t r0, double inv_n, bool first,
                           T *dw, T *db) {
@@ -53,13 +83,14 @@ inline void BackwardGroup(const NormBackwardArgs<T> &a, int64_t r0, double inv_n
       const V wv = kW ? S::Load(w + j) : S::Zero();
       V aw = S::Zero(), ab = S::Zero();
       for (int q = 0; q < R; ++q) {
+        // With t = dy * (x - mean): A += dy * w, B += t * w, dweight += t * rstd.
         const V d = S::Load(dy[q] + j);
         const V xc = kCenter ? S::Sub(S::Load(x[q] + j), vmu[q]) : S::Load(x[q] + j);
-        const V g = kW ? S::Mul(d, wv) : d;
-        if (kCenter) acc[q][0] = S::Add(acc[q][0], g);
-        acc[q][K - 1] = S::MulAdd(g, xc, acc[q][K - 1]);
+        const V t = S::Mul(d, xc);
+        if (kCenter) acc[q][0] = kW ? S::MulAdd(d, wv, acc[q][0]) : S::Add(acc[q][0], d);
+        acc[q][K - 1] = kW ? S::MulAdd(t, wv, acc[q][K - 1]) : S::Add(acc[q][K - 1], t);
         if (kGrad) {
-          aw = S::MulAdd(d, S::Mul(xc, vrs[q]), aw);
+          aw = S::MulAdd(t, vrs[q], aw);
           if (kCenter) ab = S::Add(ab, d);
         }
       }
@@ -81,7 +112,7 @@ inline void BackwardGroup(const NormBackwardArgs<T> &a, int64_t r0, double inv_n
       if (kCenter) sums[q][0] += g;
       sums[q][K - 1] += g * double(xc);
       if (kGrad) {
-        sw = sw + d * (xc * rs[q]);
+        sw = sw + (d * xc) * rs[q];
         if (kCenter) sb = sb + d;
       }
     }
@@ -91,32 +122,19 @@ inline void BackwardGroup(const NormBackwardArgs<T> &a, int64_t r0, double inv_n
     }
   }
 
-  // dx = g * rstd + (x - mean) * k2 + k3, one row at a time: the row is in cache now.
+  // dx, one row at a time: the row is in cache now.
   for (int q = 0; q < R; ++q) {
     const double r = double(rs[q]);
-    const T k2 = T(-(r * r * r) * sums[q][K - 1] * inv_n);
-    const T k3 = kCenter ? T(-r * sums[q][0] * inv_n) : T(0);
-    const V c2 = S::Set(k2), c3 = S::Set(k3);
+    const double k2 = -(r * r * r) * sums[q][K - 1] * inv_n;
+    const double k3 = kCenter ? -r * sums[q][0] * inv_n : 0.0;
     const T *d = dy[q];
     const T *xr = x[q];
     T *dx = a.dx + (r0 + q) * a.lddx;
-    auto one = [&](int64_t i) {
-      const V g = kW ? S::Mul(S::Load(d + i), S::Load(w + i)) : S::Load(d + i);
-      const V xc = kCenter ? S::Sub(S::Load(xr + i), vmu[q]) : S::Load(xr + i);
-      const V u = kCenter ? S::MulAdd(xc, c2, c3) : S::Mul(xc, c2);
-      S::Store(dx + i, S::MulAdd(g, vrs[q], u));
-    };
-    int64_t i = 0;
-    for (; i + 2 * N <= n; i += 2 * N) {
-      one(i);
-      one(i + N);
-    }
-    for (; i + N <= n; i += N) one(i);
-    for (; i < n; ++i) {
-      const T g = kW ? d[i] * w[i] : d[i];
-      const T xc = kCenter ? xr[i] - mu[q] : xr[i];
-      dx[i] = g * rs[q] + (xc * k2 + k3);
-    }
+    const double m = double(mu[q]);
+    if (!kCenter || m * m * r * r <= kNear * kNear)
+      DxRow<T, kW, false>(d, xr, w, dx, n, T(0), rs[q], T(k2), T(k3 - m * k2));
+    else
+      DxRow<T, kW, true>(d, xr, w, dx, n, mu[q], rs[q], T(k2), T(k3));
   }
 }
 
