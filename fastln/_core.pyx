@@ -5,6 +5,7 @@
 # crashing), takes raw pointers, releases the GIL, and maps status codes to exceptions.
 
 cimport numpy as cnp
+import numpy as _np
 from libc.stdint cimport int64_t, uint16_t
 
 cnp.import_array()
@@ -86,6 +87,64 @@ cdef extern from "fastln/fastln.h" nogil:
     int fastln_set_num_threads(int n)
     int fastln_get_num_threads()
     int fastln_has_openmp()
+
+
+cdef extern from "binding/output_cache.h" namespace "fastln_py":
+    cdef struct Info:
+        size_t limit, bytes, blocks
+        unsigned long long hits, misses
+    size_t kMinCached
+    object HandlerCapsule()
+    bint LastAllocFresh()
+    size_t SetLimit(size_t limit)
+    Info GetInfo()
+
+
+# ---- outputs: large ones come from the output cache (src/binding/output_cache.h) -------------
+
+cdef object _cache_handler = HandlerCapsule()
+cdef bint _cache_on = True
+
+
+cdef cnp.ndarray _output(int nd, cnp.npy_intp *dims, int t, cnp.npy_intp itemsize, int *flags):
+    """An uninitialized C-contiguous array of typenum t; sets FASTLN_Y_FRESH in flags when its
+    pages are new from the system (so never written)."""
+    cdef cnp.npy_intp nbytes = itemsize * cnp.PyArray_MultiplyList(dims, nd)
+    if not _cache_on or nbytes < <cnp.npy_intp>kMinCached:
+        flags[0] |= FASTLN_Y_FRESH
+        return cnp.PyArray_EMPTY(nd, dims, t, 0)
+    cdef object old = cnp.PyDataMem_SetHandler(_cache_handler)
+    try:
+        a = cnp.PyArray_EMPTY(nd, dims, t, 0)
+    finally:
+        cnp.PyDataMem_SetHandler(old)
+    if LastAllocFresh():
+        flags[0] |= FASTLN_Y_FRESH
+    return a
+
+
+def empty(shape, dtype):
+    """np.empty(shape, dtype), from the output cache when it is large enough to be cached."""
+    if not _cache_on:
+        return cnp.PyArray_Empty if False else __import__("numpy").empty(shape, dtype)
+    old = cnp.PyDataMem_SetHandler(_cache_handler)
+    try:
+        return _np.empty(shape, dtype)
+    finally:
+        cnp.PyDataMem_SetHandler(old)
+
+
+def set_cache_limit(size_t nbytes):
+    """Sets the output cache's limit in bytes (0 turns it off and frees it); returns the old one."""
+    global _cache_on
+    _cache_on = nbytes >= kMinCached
+    return SetLimit(nbytes)
+
+
+def cache_info():
+    cdef Info i = GetInfo()
+    return {"limit": i.limit, "bytes": i.bytes, "blocks": i.blocks, "hits": i.hits,
+            "misses": i.misses, "min_block": kMinCached}
 
 
 class FastlnError(RuntimeError):
@@ -209,8 +268,9 @@ def layer_norm_fast(x, weight, bias, eps, out, axis, return_stats):
     cdef char *py
     cdef cnp.npy_intp nbytes = cnp.PyArray_NBYTES(xa)
     cdef int i
+    cdef int flags = 0
     if out is None:
-        ya = cnp.PyArray_EMPTY(nd, cnp.PyArray_DIMS(xa), t, 0)
+        ya = _output(nd, cnp.PyArray_DIMS(xa), t, cnp.PyArray_ITEMSIZE(xa), &flags)
     else:
         if not cnp.PyArray_CheckExact(out):
             return None
@@ -228,7 +288,6 @@ def layer_norm_fast(x, weight, bias, eps, out, axis, return_stats):
     cdef void *w = NULL if weight is None else cnp.PyArray_DATA(<cnp.ndarray>weight)
     cdef void *b = NULL if bias is None else cnp.PyArray_DATA(<cnp.ndarray>bias)
     cdef int status
-    cdef int flags = FASTLN_Y_FRESH if out is None else 0
     if rows == 0:
         return ya
     with nogil:

@@ -11,6 +11,8 @@ Implementations (each skipped with a note when its package is missing):
   numpy         fastln._reference.layer_norm: the float64 NumPy reference (two passes)
   torch         torch.nn.functional.layer_norm on torch.from_numpy(x) (no copy)
   onnxruntime   an ONNX LayerNormalization (opset 17) model built with the onnx package
+  fastln_1t     fastln on one thread, next to fastln on --threads N > 1: the column
+                "× 1 thread" is fastln's speedup from the threads
 
 All get weight and bias (gamma, beta) of shape (D,); eps = 1e-5. "out" mode hands fastln and the
 floor a preallocated output and binds one for onnxruntime (torch has no out= here, so it allocates
@@ -97,6 +99,19 @@ def make_impl(name: str, x: np.ndarray, w: np.ndarray, b: np.ndarray, out: bool,
         if out:
             return lambda: ln(x, w, b, EPS, out=y)
         return lambda: ln(x, w, b, EPS)
+    if name == "fastln_1t":
+        ln, set_threads = fastln.layer_norm, fastln.set_num_threads
+        args = (x, w, b, EPS)
+        kw = {"out": y} if out else {}
+
+        def one_thread():
+            set_threads(1)
+            try:
+                return ln(*args, **kw)
+            finally:
+                set_threads(threads)
+
+        return one_thread
     if name == "floor":
         mul = np.multiply
         if out:
@@ -240,11 +255,12 @@ def format_row(row) -> str:
         return f"{us[k] / f:.2f}" if k in us else "–"
 
     floor = us.get("floor")
+    scaling = f" {cell('fastln_1t')} |" if row["threads"] > 1 else ""
     return (f"| {row['dtype']} | {row['mode']} | {row['n']}×{row['d']} | {f:.2f} | {gbs:.1f} | "
             f"{f / floor:.2f} | {floor:.2f} | {cell('numpy')} | {cell('torch')} | "
-            f"{cell('onnxruntime')} |") if floor else (
+            f"{cell('onnxruntime')} |" + scaling) if floor else (
             f"| {row['dtype']} | {row['mode']} | {row['n']}×{row['d']} | {f:.2f} | {gbs:.1f} | – | – | "
-            f"{cell('numpy')} | {cell('torch')} | {cell('onnxruntime')} |")
+            f"{cell('numpy')} | {cell('torch')} | {cell('onnxruntime')} |" + scaling)
 
 
 def summary(results: List[dict]) -> List[str]:
@@ -254,13 +270,15 @@ def summary(results: List[dict]) -> List[str]:
     for dt, mode in keys:
         rows = [r for r in results if r["dtype"] == dt and r["mode"] == mode]
         parts = []
-        for k in ("floor",) + PEERS:
+        for k in ("floor",) + PEERS + ("fastln_1t",):
             ratios = [r["us"][k] / r["us"]["fastln"] for r in rows if k in r["us"]]
             if not ratios:
                 continue
             g = math.exp(sum(map(math.log, ratios)) / len(ratios))
             if k == "floor":
                 parts.append(f"time/floor geomean {1 / g:.2f} (worst {1 / min(ratios):.2f})")
+            elif k == "fastln_1t":
+                parts.append(f"× 1 thread geomean {g:.2f} (worst {min(ratios):.2f})")
             else:
                 parts.append(f"× {k} geomean {g:.2f} (worst {min(ratios):.2f})")
         lines.append(f"{dt} {mode}: " + "; ".join(parts))
@@ -355,10 +373,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     names = [s for s in a.impl.split(",") if s]
     if "fastln" not in names:
         names.insert(0, "fastln")
-    unknown = set(names) - set(IMPLS)
+    unknown = set(names) - set(IMPLS) - {"fastln_1t"}
     if unknown:
         p.error(f"unknown implementations {sorted(unknown)}; known: {', '.join(IMPLS)}")
     names, notes = available(names)
+    if a.threads > 1 and "fastln_1t" not in names:
+        names.insert(1, "fastln_1t")
     if a.plot and _have("matplotlib"):
         notes.append(_have("matplotlib") + " (no plot)")
         a.plot = None
@@ -383,8 +403,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"note: {note}")
     print("µs: best round, per call. GB/s: bytes of x and y over fastln's time. / floor: fastln time "
           "over np.multiply(x, c[, out=y]) time. × peer: peer time over fastln time.")
-    print(HEADER)
-    print(RULE)
+    if a.threads > 1:
+        print(HEADER + " × 1 thread |")
+        print(RULE + " ---: |")
+    else:
+        print(HEADER)
+        print(RULE)
     results = run(shapes, dtypes, modes, a.threads, names, rounds, round_time)
     print()
     for line in summary(results):
