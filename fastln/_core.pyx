@@ -377,7 +377,8 @@ def norm_backward_fast(dy, x, mean, rstd, weight, axis, bint center):
     cdef int64_t rows = cnp.PyArray_SIZE(xa) // d
     if rows == 0 or not _stat_ok(rstd, t, xa) or (center and not _stat_ok(mean, t, xa)):
         return None
-    cdef cnp.ndarray dx = cnp.PyArray_EMPTY(nd, cnp.PyArray_DIMS(xa), t, 0)
+    cdef int flags = 0
+    cdef cnp.ndarray dx = _output(nd, cnp.PyArray_DIMS(xa), t, cnp.PyArray_ITEMSIZE(xa), &flags)
     cdef cnp.ndarray dw = None, db = None
     cdef void *pw = NULL
     cdef void *pdw = NULL

@@ -10,9 +10,9 @@
 FASTLN_OPS_BEGIN
 
 // The first read runs over kRows rows side by side, column by column: each vector of w is loaded
-// once for them, and their dy * xhat and dy are summed in registers before the column sums in memory
-// are updated, once per group rather than once per row. Four rows: their eight row-sum accumulators,
-// the two column sums and w fill the sixteen AVX2 registers.
+// once for them, and their dy * xhat and dy are summed in registers before the column sums in
+// memory are updated, once per group rather than once per row. Four rows: their eight row-sum
+// accumulators, the two column sums and w fill most of the sixteen AVX2 registers.
 constexpr int kRows = 4;
 // Rows are taken four at a time while four rows of dy and x fit in this many bytes (an L2's share),
 // so that the second read finds them in cache; longer rows go one at a time.
