@@ -35,11 +35,15 @@ IS_ARM64 = MACHINE in ("aarch64", "arm64")
 CXXFLAGS = ["-std=c++17", "-fvisibility=hidden", "-ffp-contract=off"]
 CXXFLAGS += ["-O0", "-g"] if os.environ.get("FASTLN_DEBUG") == "1" else ["-O3"]
 
+# x86-64-v4's AVX-512 subsets (dispatch requires all four), with FMA and F16C.
+AVX512_FLAGS = ["-mavx512f", "-mavx512vl", "-mavx512bw", "-mavx512dq", "-mfma", "-mf16c"]
+
 # Kernel files and the flags each one alone is compiled with. All are compiled on every target: a
 # file whose ISA does not exist there compiles to a table getter that returns null.
 ISA_SOURCES = [
     ("src/kernels_scalar.cpp", []),
     ("src/kernels_avx2.cpp", ["-mavx2", "-mfma", "-mf16c"] if IS_X86 else []),
+    ("src/kernels_avx512.cpp", AVX512_FLAGS if IS_X86 else []),
     ("src/kernels_neon.cpp", []),
 ]
 

@@ -6,8 +6,9 @@
     >>> bool(abs(y.mean(axis=-1)).max() < 1e-6)
     True
 
-The arithmetic runs in C++ kernels (AVX2+FMA, NEON or scalar, picked at import); this module does
-the argument work: dtypes, shapes, axes, out=, and copies of layouts the kernels do not take.
+The arithmetic runs in C++ kernels (AVX-512, AVX2+FMA, NEON or scalar, picked at import); this
+module does the argument work: dtypes, shapes, axes, out=, and copies of layouts the kernels do not
+take.
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ __all__ = [
     "__version__",
 ]
 
-_ISAS = ("scalar", "avx2", "neon")
+_ISAS = ("scalar", "avx2", "avx512", "neon")
 
 
 def _startup_check() -> None:
@@ -133,12 +134,12 @@ ArrayLike = Union[np.ndarray, Sequence, float]
 # ---- runtime control -----------------------------------------------------------------------------
 
 def get_isa() -> str:
-    """The active instruction set: 'avx2', 'neon' or 'scalar'."""
+    """The active instruction set: 'avx512', 'avx2', 'neon' or 'scalar'."""
     return _core.isa()
 
 
 def set_isa(name: Optional[str]) -> None:
-    """Switch the kernels to ISA `name` ('scalar', 'avx2', 'neon'); None restores the automatic choice.
+    """Switch the kernels to ISA `name` ('scalar', 'avx2', 'avx512', 'neon'); None restores the automatic choice.
 
     Raises ValueError for an unknown name and RuntimeError for an ISA this CPU or build cannot run;
     the active ISA is then unchanged. Meant for tests and benchmarks: it affects the whole process.

@@ -480,7 +480,7 @@ const char *fastln_status_string(int status) {
     case FASTLN_ERR_NULL_POINTER: return "a required pointer is NULL";
     case FASTLN_ERR_BAD_SHAPE: return "bad shape: rows < 0, cols <= 0, or a leading dimension < cols";
     case FASTLN_ERR_BAD_EPS: return "eps must be finite and >= 0";
-    case FASTLN_ERR_UNKNOWN_ISA: return "unknown ISA name (known: scalar, avx2, neon)";
+    case FASTLN_ERR_UNKNOWN_ISA: return "unknown ISA name (known: scalar, avx2, avx512, neon)";
     case FASTLN_ERR_UNSUPPORTED_ISA: return "this CPU or build cannot run the requested ISA";
     case FASTLN_ERR_BAD_ARGUMENT: return "invalid argument";
     case FASTLN_ERR_NO_MEMORY: return "out of memory for a scratch buffer";

@@ -21,18 +21,44 @@ namespace fastln {
 namespace {
 
 #if defined(__x86_64__) || defined(_M_X64)
-bool CpuHasAvx2Fma() {
+// XCR0: which register state the OS saves on context switches. The CPU having an extension is not
+// enough: without the OS saving its registers, a thread switch would corrupt them.
+constexpr unsigned kXcr0Avx = 0x6;      // XMM (bit 1) and YMM (bit 2)
+constexpr unsigned kXcr0Avx512 = 0xe0;  // opmask (5), upper halves of ZMM0-15 (6), ZMM16-31 (7)
+
+unsigned Xcr0() {
+  unsigned lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return lo;
+}
+
+// AVX2 with FMA and F16C, and the OS saving YMM. leaf7_ebx: cpuid leaf 7's ebx, or 0 if absent.
+bool CpuHasAvx2Fma(unsigned *leaf7_ebx) {
+  *leaf7_ebx = 0;
   unsigned a, b, c, d;
   if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
   const bool fma = c & (1u << 12), osxsave = c & (1u << 27), avx = c & (1u << 28),
              f16c = c & (1u << 29);
   if (!(fma && osxsave && avx && f16c)) return false;
-  // The CPU having AVX is not enough: the OS must save the YMM state on context switches.
-  unsigned lo, hi;
-  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-  if ((lo & 0x6) != 0x6) return false;  // XMM and YMM state enabled
+  if ((Xcr0() & kXcr0Avx) != kXcr0Avx) return false;
   if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  *leaf7_ebx = b;
   return b & (1u << 5);  // AVX2
+}
+
+bool CpuHasAvx2Fma() {
+  unsigned b7;
+  return CpuHasAvx2Fma(&b7);
+}
+
+// Everything CpuHasAvx2Fma checks, plus AVX-512 F, DQ, BW and VL (kernels_avx512.cpp is compiled
+// for all four) and the OS saving the opmask and ZMM state.
+bool CpuHasAvx512() {
+  unsigned b7;
+  if (!CpuHasAvx2Fma(&b7)) return false;
+  constexpr unsigned kF = 1u << 16, kDq = 1u << 17, kBw = 1u << 30, kVl = 1u << 31;
+  if ((b7 & (kF | kDq | kBw | kVl)) != (kF | kDq | kBw | kVl)) return false;
+  return (Xcr0() & kXcr0Avx512) == kXcr0Avx512;
 }
 #endif
 
@@ -55,13 +81,16 @@ struct IsaEntry {
 bool Always() { return true; }
 #if defined(__x86_64__) || defined(_M_X64)
 bool Avx2Usable() { return table_avx2() != nullptr && CpuHasAvx2Fma(); }
+bool Avx512Usable() { return table_avx512() != nullptr && CpuHasAvx512(); }
 #else
 bool Avx2Usable() { return false; }
+bool Avx512Usable() { return false; }
 #endif
 bool NeonUsable() { return table_neon() != nullptr && CpuHasNeon(); }
 
 // Best first.
 const IsaEntry kIsas[] = {
+    {"avx512", &table_avx512, &Avx512Usable},
     {"avx2", &table_avx2, &Avx2Usable},
     {"neon", &table_neon, &NeonUsable},
     {"scalar", &table_scalar, &Always},

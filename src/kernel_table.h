@@ -91,6 +91,7 @@ struct KernelTable {
 // Defined in kernels_<isa>.cpp. Each returns null when that ISA is not compiled into this build.
 const KernelTable *table_scalar();
 const KernelTable *table_avx2();
+const KernelTable *table_avx512();
 const KernelTable *table_neon();
 
 }  // namespace fastln

@@ -80,7 +80,7 @@ def test_set_isa_errors():
         fastln.set_isa("avx9")
     with pytest.raises(TypeError):
         fastln.set_isa(3)
-    for name in ("scalar", "avx2", "neon"):
+    for name in ("scalar", "avx2", "avx512", "neon"):
         if name not in fastln.runtime_info()["isas"]:
             before = fastln.get_isa()
             with pytest.raises(RuntimeError, match=name):

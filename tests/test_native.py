@@ -42,6 +42,7 @@ def test_native_kernels(tmp_path):
     if os.uname().machine == "x86_64":
         # avx2 is compiled into every x86-64 build; it runs where the CPU has it.
         assert re.search(r"^avx2: (ok|compiled, but this CPU cannot run it: skipped)$", out, re.MULTILINE), out
+        assert re.search(r"^avx512: (ok|compiled, but this CPU cannot run it: skipped)$", out, re.MULTILINE), out
 
 
 @pytest.mark.slow

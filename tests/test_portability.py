@@ -1,10 +1,12 @@
 """Portable builds: the code that runs before dispatch has no AVX instruction.
 
 A wheel built on an AVX2 machine must import and run (scalar kernels) on an x86-64 CPU without AVX.
-Only kernels_avx2.cpp is compiled with -mavx2, and everything in it that dispatch does not guard
-lives in namespace fastln::avx2. So: disassemble the extension and look for AVX in every other
-function. This catches -mavx2 (or -march=native) leaking into the baseline flags, and an inline
-function compiled with -mavx2 that the linker picked for baseline callers (a COMDAT merge).
+Only kernels_avx2.cpp and kernels_avx512.cpp are compiled with AVX flags, and everything in them
+that dispatch does not guard lives in namespace fastln::avx2 or fastln::avx512. So: disassemble the
+extension and look for AVX in every other function, and for AVX-512 outside fastln::avx512 (the
+AVX2 kernels must run on AVX2 CPUs without it). This catches -mavx2 (or -march=native) leaking into
+the baseline flags, and an inline function compiled with AVX flags that the linker picked for
+callers compiled without them (a COMDAT merge).
 """
 
 import os
@@ -25,11 +27,14 @@ FUNC = re.compile(r"^[0-9a-f]+ <(.*)>:$")
 # AVX and later: 256/512-bit registers, AVX-512 mask registers, or a VEX/EVEX-encoded instruction
 # (AT&T mnemonics starting with "v" on vector registers: vmovups, vfmadd231ps, vzeroupper, ...).
 YMM_ZMM_K = re.compile(r"%(ymm|zmm)\d+|%k[0-7]\b")
+# AVX-512 only: ZMM, mask registers, or the 16 extra vector registers only EVEX can encode.
+AVX512_REG = re.compile(r"%zmm\d+|%k[0-7]\b|%[xy]mm(1[6-9]|2\d|3[01])\b")
 VEX_MNEMONIC = re.compile(r"^v[a-z0-9]+$")
 
 
-def avx_users(path):
-    """{demangled function name: first AVX instruction} for every function that uses AVX."""
+def avx_users(path, avx512_only=False):
+    """{demangled function name: first AVX instruction} for every function that uses AVX (with
+    avx512_only: AVX-512)."""
     r = subprocess.run(
         ["objdump", "-d", "-C", "--no-show-raw-insn", path], capture_output=True, text=True, check=True
     )
@@ -45,22 +50,35 @@ def avx_users(path):
             continue
         insn = parts[1].strip()
         mnemonic = insn.split(" ", 1)[0]
-        if YMM_ZMM_K.search(insn) or (VEX_MNEMONIC.match(mnemonic) and "%xmm" in insn) or mnemonic == "vzeroupper":
+        if avx512_only:
+            if AVX512_REG.search(insn):
+                users.setdefault(func, insn)
+        elif YMM_ZMM_K.search(insn) or (VEX_MNEMONIC.match(mnemonic) and "%xmm" in insn) or mnemonic == "vzeroupper":
             users.setdefault(func, insn)
     return users
 
 
-def in_avx2_namespace(func):
-    """Whether a demangled name is in fastln::avx2 (templates show their return type first)."""
-    return re.search(r"(^|\s)fastln::avx2::", func.split("(", 1)[0]) is not None
+def in_namespace(func, ns):
+    """Whether a demangled name is in fastln::<ns> (templates show their return type first)."""
+    return re.search(rf"(^|\s)fastln::{ns}::", func.split("(", 1)[0]) is not None
 
 
 def test_no_avx_before_dispatch():
     users = avx_users(_core.__file__)
-    # The AVX2 kernels are there and use AVX: the scan itself works.
-    assert any(in_avx2_namespace(f) for f in users), sorted(users)[:20]
-    leaked = {f: i for f, i in users.items() if not in_avx2_namespace(f)}
-    assert leaked == {}, "AVX outside fastln::avx2 (runs before dispatch): " + "; ".join(
+    # The AVX2 and AVX-512 kernels are there and use AVX: the scan itself works.
+    assert any(in_namespace(f, "avx2") for f in users), sorted(users)[:20]
+    assert any(in_namespace(f, "avx512") for f in users), sorted(users)[:20]
+    leaked = {f: i for f, i in users.items() if not (in_namespace(f, "avx2") or in_namespace(f, "avx512"))}
+    assert leaked == {}, "AVX outside fastln::avx2 and fastln::avx512 (runs before dispatch): " + "; ".join(
+        f"{f}: {i}" for f, i in sorted(leaked.items())[:20]
+    )
+
+
+def test_no_avx512_outside_its_kernels():
+    users = avx_users(_core.__file__, avx512_only=True)
+    assert any(in_namespace(f, "avx512") for f in users), sorted(users)[:20]
+    leaked = {f: i for f, i in users.items() if not in_namespace(f, "avx512")}
+    assert leaked == {}, "AVX-512 outside fastln::avx512 (runs on AVX2-only CPUs): " + "; ".join(
         f"{f}: {i}" for f, i in sorted(leaked.items())[:20]
     )
 

@@ -47,11 +47,36 @@ def test_runtime_info_keys():
 def test_best_isa_is_default():
     info = fastln.runtime_info()
     assert info["isa"] == info["best_isa"]
-    if "avx2" in info["isas"]:
-        assert info["best_isa"] == "avx2"
+    # Dispatch's order of preference: the widest vectors the CPU and OS can run.
+    preferred = [n for n in ("avx512", "avx2", "neon", "scalar") if n in info["isas"]]
+    assert info["best_isa"] == preferred[0]
 
 
-@pytest.mark.parametrize("name", ["scalar", "avx2", "neon"])
+def _cpuinfo_flags():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return None
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="x86-64 ISAs")
+def test_isas_match_cpu_flags():
+    """Dispatch's cpuid/xgetbv checks agree with what the Linux kernel reports (it lists a flag
+    only when the OS also saves that extension's registers)."""
+    flags = _cpuinfo_flags()
+    if flags is None:
+        pytest.skip("needs /proc/cpuinfo")
+    isas = fastln.runtime_info()["isas"]
+    assert ("avx2" in isas) == ({"avx", "avx2", "fma", "f16c"} <= flags)
+    avx512 = {"avx2", "fma", "f16c", "avx512f", "avx512dq", "avx512bw", "avx512vl"}
+    assert ("avx512" in isas) == (avx512 <= flags)
+
+
+@pytest.mark.parametrize("name", ["scalar", "avx2", "avx512", "neon"])
 def test_env_forces_isa(name):
     r = _run("import fastln; print(fastln.get_isa())", FASTLN_ISA=name)
     if name in ISAS:

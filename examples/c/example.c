@@ -20,7 +20,7 @@ int main(int argc, char **argv) {
     bias[j] = 0.25f * (float)(j % 3);
   }
 
-  if (argc > 1) {  /* force an ISA: "scalar", "avx2", "neon" ("auto" restores the choice) */
+  if (argc > 1) {  /* force an ISA: "scalar", "avx2", "avx512", "neon" ("auto" restores the choice) */
     int s = fastln_set_isa(argv[1]);
     if (s != FASTLN_OK) {
       fprintf(stderr, "fastln_set_isa(\"%s\"): %s\n", argv[1], fastln_status_string(s));

@@ -155,7 +155,7 @@ int fastln_add_rms_norm_bf16(const uint16_t *x, int64_t ldx, const uint16_t *res
 /* A short English sentence for a status code; never NULL. */
 const char *fastln_status_string(int status);
 
-/* The active instruction set: "scalar", "avx2" or "neon". */
+/* The active instruction set: "scalar", "avx2", "avx512" or "neon". */
 const char *fastln_isa(void);
 /* Force an ISA by name, or restore the automatic choice with NULL or "auto". Returns
  * FASTLN_ERR_UNKNOWN_ISA or FASTLN_ERR_UNSUPPORTED_ISA and leaves the choice unchanged on error. */

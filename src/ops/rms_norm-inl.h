@@ -33,9 +33,7 @@ inline void RowSums(int64_t n, VecTerm vec_term, TailTerm tail_term, double *out
       for (int a = 0; a < kAcc; ++a) vec_term(i + a * N, acc[a]);
     for (int k = 0; k < K; ++k) {
       const V v = S::Add(S::Add(acc[0][k], acc[1][k]), S::Add(acc[2][k], acc[3][k]));
-      T lanes[N];
-      S::Store(lanes, v);
-      for (int l = 0; l < N; ++l) out[k] += double(lanes[l]);
+      out[k] += S::ReduceSumDouble(v);
     }
   }
   for (; i < n; ++i) tail_term(i, out);

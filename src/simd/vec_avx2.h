@@ -36,6 +36,13 @@ struct Simd<float> {
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
   }
+  static inline double ReduceSumDouble(V a) {
+    const __m256d d = _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(a)),
+                                    _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1)));
+    __m128d s = _mm_add_pd(_mm256_castpd256_pd128(d), _mm256_extractf128_pd(d, 1));
+    s = _mm_add_sd(s, _mm_unpackhi_pd(s, s));
+    return _mm_cvtsd_f64(s);
+  }
   // 16-bit storage <-> float lanes: F16C for binary16; bfloat16 is the top half of a float, with
   // round-to-nearest-even and NaN kept quiet on the way out (as half.h does one value at a time).
   static inline V LoadF16(const uint16_t *p) {
@@ -82,6 +89,7 @@ struct Simd<double> {
     s = _mm_add_sd(s, _mm_unpackhi_pd(s, s));
     return _mm_cvtsd_f64(s);
   }
+  static inline double ReduceSumDouble(V a) { return ReduceSum(a); }
   // N floats from p, widened: lets float32 data accumulate in double at full vector width.
   static inline V LoadFloat(const float *p) { return _mm256_cvtps_pd(_mm_loadu_ps(p)); }
 };

@@ -32,6 +32,9 @@ struct Simd<float> {
   // a * b + c, fused (one rounding) like _mm256_fmadd_ps. Note vfmaq's argument order: c first.
   static inline V MulAdd(V a, V b, V c) { return vfmaq_f32(c, a, b); }
   static inline float ReduceSum(V a) { return vaddvq_f32(a); }
+  static inline double ReduceSumDouble(V a) {
+    return vaddvq_f64(vaddq_f64(vcvt_f64_f32(vget_low_f32(a)), vcvt_high_f64_f32(a)));
+  }
   static inline float First(V a) { return vgetq_lane_f32(a, 0); }  // lane 0
   // Non-temporal store: ACLE has no intrinsic for STNP, and a plain store costs little here.
   static inline void StoreStream(float *p, V v) { vst1q_f32(p, v); }
@@ -67,6 +70,7 @@ struct Simd<double> {
   static inline V Mul(V a, V b) { return vmulq_f64(a, b); }
   static inline V MulAdd(V a, V b, V c) { return vfmaq_f64(c, a, b); }
   static inline double ReduceSum(V a) { return vaddvq_f64(a); }
+  static inline double ReduceSumDouble(V a) { return vaddvq_f64(a); }
   static inline double First(V a) { return vgetq_lane_f64(a, 0); }  // lane 0
   static inline void StoreStream(double *p, V v) { vst1q_f64(p, v); }
   static inline void StreamFence() {}

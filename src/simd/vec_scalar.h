@@ -29,6 +29,9 @@ struct Simd {
   static inline V MulAdd(V a, V b, V c) { return a * b + c; }
   static inline T First(V a) { return a; }  // lane 0
   static inline T ReduceSum(V a) { return a; }
+  // The sum of the lanes, widened to double first: for float, a sum of N floats is exact in double
+  // unless their exponents span more than 29 - log2(N) binades.
+  static inline double ReduceSumDouble(V a) { return double(a); }
   // N floats from p, converted to T (used with T = double: float data accumulated in double).
   static inline V LoadFloat(const float *p) { return V(*p); }
   // 16-bit storage <-> float lanes (Simd<float> only): binary16 and bfloat16 bits, rounding to

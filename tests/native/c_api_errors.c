@@ -79,6 +79,7 @@ int main(void) {
   expect(fastln_set_isa("neon"), FASTLN_ERR_UNSUPPORTED_ISA, "set_isa(neon) on x86-64");
 #elif defined(__aarch64__)
   expect(fastln_set_isa("avx2"), FASTLN_ERR_UNSUPPORTED_ISA, "set_isa(avx2) on aarch64");
+  expect(fastln_set_isa("avx512"), FASTLN_ERR_UNSUPPORTED_ISA, "set_isa(avx512) on aarch64");
 #endif
   expect(strcmp(fastln_isa(), "scalar"), 0, "a failed set_isa leaves the choice unchanged");
   expect(fastln_set_isa(NULL), FASTLN_OK, "set_isa(NULL)");

@@ -59,6 +59,7 @@ fi
 isa_flags() {
   case "$1:$ARCH" in
     kernels_avx2:x86_64) echo "-mavx2 -mfma -mf16c" ;;
+    kernels_avx512:x86_64) echo "-mavx512f -mavx512vl -mavx512bw -mavx512dq -mfma -mf16c" ;;
   esac
 }
 

@@ -170,6 +170,7 @@ struct Isa {
 const Isa kIsas[] = {
     {"scalar", &fastln::table_scalar},
     {"avx2", &fastln::table_avx2},
+    {"avx512", &fastln::table_avx512},
     {"neon", &fastln::table_neon},
 };
 
@@ -180,7 +181,7 @@ bool MustBeCompiled(const char *name) {
   if (strcmp(name, "neon") == 0) return true;
 #endif
 #if defined(__x86_64__)
-  if (strcmp(name, "avx2") == 0) return true;
+  if (strcmp(name, "avx2") == 0 || strcmp(name, "avx512") == 0) return true;
 #endif
   return strcmp(name, "scalar") == 0;
 }
@@ -191,7 +192,12 @@ const char *ExpectedBest() {
   return "neon";  // Advanced SIMD is mandatory in ARMv8-A
 #elif defined(__x86_64__)
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? "avx2" : "scalar";
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")) {
+    return "avx512";
+  }
+  return avx2 ? "avx2" : "scalar";
 #else
   return "scalar";
 #endif
@@ -637,10 +643,14 @@ void CheckDispatch() {
 #if defined(__aarch64__)
   CheckEnv("neon", kOk, "neon");
   CheckEnv("avx2", kUnsupported, nullptr);
+  CheckEnv("avx512", kUnsupported, nullptr);
 #elif defined(__x86_64__)
   CheckEnv("neon", kUnsupported, nullptr);
-  if (strcmp(best, "avx2") == 0) CheckEnv("avx2", kOk, "avx2");
+  const bool avx512 = strcmp(best, "avx512") == 0;
+  if (avx512 || strcmp(best, "avx2") == 0) CheckEnv("avx2", kOk, "avx2");
   else CheckEnv("avx2", kUnsupported, nullptr);
+  if (avx512) CheckEnv("avx512", kOk, "avx512");
+  else CheckEnv("avx512", kUnsupported, nullptr);
 #endif
 }
 

@@ -1,0 +1,111 @@
+// AVX-512: 16 floats or 8 doubles per vector. Compiled only into kernels_avx512.cpp, which alone is
+// built with the AVX-512 flags (F, VL, BW, DQ: the x86-64-v4 set, which dispatch checks for as a
+// whole) plus FMA and F16C.
+//
+// Same interface as vec_avx2.h (see there and vec_scalar.h for what each function promises).
+#ifndef FASTLN_SIMD_VEC_AVX512_H_
+#define FASTLN_SIMD_VEC_AVX512_H_
+
+#include <immintrin.h>
+#include <stdint.h>
+
+#include "simd/half.h"
+
+namespace fastln {
+namespace FASTLN_NS {
+
+template <class T>
+struct Simd;
+
+template <>
+struct Simd<float> {
+  using V = __m512;
+  static constexpr int N = 16;
+  static inline V Load(const float *p) { return _mm512_loadu_ps(p); }
+  static inline void Store(float *p, V v) { _mm512_storeu_ps(p, v); }
+  // Non-temporal store; p aligned to sizeof(V), which is one cache line here.
+  static inline void StoreStream(float *p, V v) { _mm512_stream_ps(p, v); }
+  static inline void StreamFence() { _mm_sfence(); }
+  static inline V Set(float a) { return _mm512_set1_ps(a); }
+  static inline V Zero() { return _mm512_setzero_ps(); }
+  static inline V Add(V a, V b) { return _mm512_add_ps(a, b); }
+  static inline V Sub(V a, V b) { return _mm512_sub_ps(a, b); }
+  static inline V Mul(V a, V b) { return _mm512_mul_ps(a, b); }
+  static inline V MulAdd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static inline float First(V a) { return _mm512_cvtss_f32(a); }  // lane 0
+  // Halves added pairwise down to one lane, spelled out (not _mm512_reduce_add_ps, whose order is
+  // the compiler's) so the rounding of a row's sums is fixed by this file.
+  static inline float ReduceSum(V a) {
+    const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(a),
+                                   _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
+  static inline double ReduceSumDouble(V a) {
+    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
+    const __m512d d = _mm512_add_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(a)), _mm512_cvtps_pd(hi));
+    const __m256d h = _mm256_add_pd(_mm512_castpd512_pd256(d), _mm512_extractf64x4_pd(d, 1));
+    __m128d s = _mm_add_pd(_mm256_castpd256_pd128(h), _mm256_extractf128_pd(h, 1));
+    s = _mm_add_sd(s, _mm_unpackhi_pd(s, s));
+    return _mm_cvtsd_f64(s);
+  }
+  // 16-bit storage <-> float lanes. binary16: vcvtph2ps / vcvtps2ph on zmm (AVX512F), exact and
+  // round-to-nearest-even like half.h. bfloat16 by shifts, with round-to-nearest-even and NaN kept
+  // quiet as half.h does; not vcvtneps2bf16 (AVX512_BF16), which flushes subnormals to zero.
+  static inline V LoadF16(const uint16_t *p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)));
+  }
+  static inline void StoreF16(uint16_t *p, V v) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(p),
+                        _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  static inline V LoadBF16(const uint16_t *p) {
+    const __m512i u =
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
+  }
+  static inline void StoreBF16(uint16_t *p, V v) {
+    const __m512i x = _mm512_castps_si512(v);
+    const __m512i top = _mm512_srli_epi32(x, 16);
+    const __m512i bias = _mm512_add_epi32(_mm512_and_si512(top, _mm512_set1_epi32(1)),
+                                          _mm512_set1_epi32(0x7fff));
+    const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(x, bias), 16);
+    const __m512i quiet = _mm512_or_si512(top, _mm512_set1_epi32(0x40));
+    const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    const __m512i r = _mm512_mask_blend_epi32(nan, rounded, quiet);  // every lane <= 0xffff
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(p), _mm512_cvtepi32_epi16(r));
+  }
+};
+
+template <>
+struct Simd<double> {
+  using V = __m512d;
+  static constexpr int N = 8;
+  static inline V Load(const double *p) { return _mm512_loadu_pd(p); }
+  static inline void Store(double *p, V v) { _mm512_storeu_pd(p, v); }
+  static inline void StoreStream(double *p, V v) { _mm512_stream_pd(p, v); }
+  static inline void StreamFence() { _mm_sfence(); }
+  static inline V Set(double a) { return _mm512_set1_pd(a); }
+  static inline V Zero() { return _mm512_setzero_pd(); }
+  static inline V Add(V a, V b) { return _mm512_add_pd(a, b); }
+  static inline V Sub(V a, V b) { return _mm512_sub_pd(a, b); }
+  static inline V Mul(V a, V b) { return _mm512_mul_pd(a, b); }
+  static inline V MulAdd(V a, V b, V c) { return _mm512_fmadd_pd(a, b, c); }
+  static inline double First(V a) { return _mm512_cvtsd_f64(a); }  // lane 0
+  static inline double ReduceSum(V a) {
+    const __m256d h = _mm256_add_pd(_mm512_castpd512_pd256(a), _mm512_extractf64x4_pd(a, 1));
+    __m128d s = _mm_add_pd(_mm256_castpd256_pd128(h), _mm256_extractf128_pd(h, 1));
+    s = _mm_add_sd(s, _mm_unpackhi_pd(s, s));
+    return _mm_cvtsd_f64(s);
+  }
+  static inline double ReduceSumDouble(V a) { return ReduceSum(a); }
+  // N floats from p, widened: lets float32 data accumulate in double at full vector width.
+  static inline V LoadFloat(const float *p) { return _mm512_cvtps_pd(_mm256_loadu_ps(p)); }
+};
+
+}  // namespace FASTLN_NS
+}  // namespace fastln
+
+#endif  // FASTLN_SIMD_VEC_AVX512_H_
