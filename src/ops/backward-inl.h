@@ -12,7 +12,7 @@ FASTLN_OPS_BEGIN
 // The first read runs over kRows rows side by side, column by column: each vector of w is loaded
 // once for them, and their dy * xhat and dy are summed in registers before the column sums in
 // memory are updated, once per group rather than once per row. Four rows: their eight row-sum
-// accumulators, the two column sums and w fill most of the sixteen AVX2 registers.
+// accumulators, the two column sums and w fit in AVX2's sixteen registers.
 constexpr int kRows = 4;
 // Rows are taken four at a time while four rows of dy and x fit in this many bytes (an L2's share),
 // so that the second read finds them in cache; longer rows go one at a time.
@@ -101,7 +101,7 @@ inline void BackwardGroup(const NormBackwardArgs<T> &a, int64_t r0, double inv_n
     }
     // Within a lane the sums stay short; across lanes and chunks they add in double.
     for (int q = 0; q < R; ++q)
-      for (int k = 0; k < K; ++k) sums[q][k] += double(S::ReduceSum(acc[q][k]));
+      for (int k = 0; k < K; ++k) sums[q][k] += S::ReduceSumDouble(acc[q][k]);
   }
   for (int64_t j = nvec; j < n; ++j) {
     T sw = T(0), sb = T(0);
