@@ -13,6 +13,7 @@ take.
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 import os
@@ -61,10 +62,31 @@ from ._training import RMSNorm, _NormModule  # noqa: E402
 
 # GPU arrays (CuPy, torch CUDA tensors) go to the CUDA path; see _cuda_api.
 rms_norm = _cuda_api.with_gpu_path(_training.rms_norm, _cuda_api.rms_norm)
-layer_norm_backward = _cuda_api.with_gpu_path(
+_layer_norm_backward = _cuda_api.with_gpu_path(
     _training.layer_norm_backward, _cuda_api.layer_norm_backward
 )
-rms_norm_backward = _cuda_api.with_gpu_path(_training.rms_norm_backward, _cuda_api.rms_norm_backward)
+_rms_norm_backward = _cuda_api.with_gpu_path(
+    _training.rms_norm_backward, _cuda_api.rms_norm_backward
+)
+
+
+# The common call (NumPy arrays of one float dtype, C-contiguous, the last axis) runs its checks in
+# C, as layer_norm's does: at 1x768 the layers of Python around it cost three times the kernel.
+# Any other call, GPU arrays included, gets None there and takes the general path.
+@functools.wraps(_training.layer_norm_backward)
+def layer_norm_backward(dy, x, mean, rstd, weight=None, *, axis: int = -1):
+    got = _core.norm_backward_fast(dy, x, mean, rstd, weight, axis, True)
+    if got is not None:
+        return got
+    return _layer_norm_backward(dy, x, mean, rstd, weight, axis=axis)
+
+
+@functools.wraps(_training.rms_norm_backward)
+def rms_norm_backward(dy, x, rstd, weight=None, *, axis: int = -1):
+    got = _core.norm_backward_fast(dy, x, None, rstd, weight, axis, False)
+    if got is not None:
+        return got[:2]
+    return _rms_norm_backward(dy, x, rstd, weight, axis=axis)
 
 __version__ = "0.1.0"
 

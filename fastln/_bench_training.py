@@ -23,21 +23,37 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 import fastln
+from fastln import bench as _bench
 
 SHAPES: Tuple[Tuple[int, int], ...] = ((8192, 128), (4096, 768), (1024, 4096), (128, 32768))
-QUICK_SHAPES: Tuple[Tuple[int, int], ...] = ((2048, 768), (256, 4096))
+# --quick: the shapes of python -m fastln.bench --quick, which span the regimes (call overhead, L2-
+# resident, streaming from L3 or memory, long and short rows). SHAPES are all large: there fastln
+# and torch both run near the floor, and the ratio between them says little about either.
+QUICK_SHAPES: Tuple[Tuple[int, int], ...] = tuple(_bench.QUICK_SHAPES)
 OPS = ("layer_norm_backward", "rms_norm_backward", "rms_norm")
 
 
-def _best(fns: Sequence[Optional[Callable[[], object]]], rounds: int) -> List[Optional[float]]:
+def _best(fns: Sequence[Optional[Callable[[], object]]], rounds: int,
+          round_time: float = 2e-3) -> List[Optional[float]]:
+    """Seconds per call of each fn, its best round. A round repeats a fn enough times to last about
+    round_time (small shapes take microseconds, near the timer's own noise)."""
+    reps: List[int] = []
+    for f in fns:
+        if f is None:
+            reps.append(0)
+            continue
+        t = time.perf_counter()
+        f()
+        reps.append(max(1, int(round_time / max(time.perf_counter() - t, 1e-7))))
     best: List[Optional[float]] = [None if f is None else math.inf for f in fns]
     for _ in range(rounds):
         for i, f in enumerate(fns):
             if f is None:
                 continue
             t = time.perf_counter()
-            f()
-            best[i] = min(best[i], time.perf_counter() - t)  # type: ignore[type-var]
+            for _ in range(reps[i]):
+                f()
+            best[i] = min(best[i], (time.perf_counter() - t) / reps[i])  # type: ignore[type-var]
     return best
 
 
@@ -111,17 +127,22 @@ def training_rows(shapes: Sequence[Tuple[int, int]] = SHAPES, rounds: int = 15,
     return rows
 
 
+def _us(ms: Optional[float]) -> Optional[float]:
+    return None if ms is None else 1e3 * ms
+
+
 def _fmt(v: Optional[float], spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
 
 def markdown(rows: List[Dict]) -> str:
-    lines = ["| op | shape | fastln ms | torch ms | floor ms | torch / fastln | fastln / floor "
+    lines = ["| op | shape | fastln µs | torch µs | floor µs | torch / fastln | fastln / floor "
              "| torch / floor |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
         lines.append(
-            f"| {r['op']} | {r['shape'][0]}x{r['shape'][1]} | {r['fastln_ms']:.3f} "
-            f"| {_fmt(r['torch_ms'], '.3f')} | {r['floor_ms']:.3f} | {_fmt(r['speedup'], '.2f')}x "
+            f"| {r['op']} | {r['shape'][0]}x{r['shape'][1]} | {_us(r['fastln_ms']):.2f} "
+            f"| {_fmt(_us(r['torch_ms']), '.2f')} | {_us(r['floor_ms']):.2f} "
+            f"| {_fmt(r['speedup'], '.2f')}x "
             f"| {r['fastln_floor']:.2f} | {_fmt(r['torch_floor'], '.2f')} |")
     for op in dict.fromkeys(r["op"] for r in rows):
         s = [r["speedup"] for r in rows if r["op"] == op and r["speedup"]]
@@ -133,7 +154,7 @@ def markdown(rows: List[Dict]) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="fastln training ops against torch and the floor")
-    ap.add_argument("--quick", action="store_true", help="two shapes, few rounds")
+    ap.add_argument("--quick", action="store_true", help="the quick grid, few rounds")
     ap.add_argument("--rounds", type=int, default=None)
     args = ap.parse_args(argv)
     shapes = QUICK_SHAPES if args.quick else SHAPES

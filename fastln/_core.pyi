@@ -33,6 +33,15 @@ def rms_norm_2d(
     rstd: Optional[np.ndarray],
     eps: float,
 ) -> None: ...
+def norm_backward_fast(
+    dy: object,
+    x: object,
+    mean: object,
+    rstd: object,
+    weight: object,
+    axis: object,
+    center: bool,
+) -> Optional[Tuple[np.ndarray, Optional[np.ndarray], Optional[np.ndarray]]]: ...
 def norm_backward_2d(
     dy: np.ndarray,
     x: np.ndarray,

@@ -310,6 +310,105 @@ def layer_norm_fast(x, weight, bias, eps, out, axis, return_stats):
     return ya
 
 
+cdef inline bint _stat_ok(object s, int t, cnp.ndarray x):
+    """s is an exact ndarray of typenum t, plain, of shape x.shape[:-1] or x.shape[:-1] + (1,)."""
+    if not cnp.PyArray_CheckExact(s):
+        return False
+    cdef cnp.ndarray a = <cnp.ndarray>s
+    cdef int nd = cnp.PyArray_NDIM(x), na = cnp.PyArray_NDIM(a), i
+    if not _plain(a, t):
+        return False
+    if na == nd:
+        if cnp.PyArray_DIMS(a)[nd - 1] != 1:
+            return False
+    elif na != nd - 1:
+        return False
+    for i in range(nd - 1):
+        if cnp.PyArray_DIMS(a)[i] != cnp.PyArray_DIMS(x)[i]:
+            return False
+    return True
+
+
+cdef int _backward(int t, const void *dy, int64_t lddy, const void *x, int64_t ldx,
+                   const void *mean, const void *rstd, const void *w, void *dx, int64_t lddx,
+                   void *dw, void *db, int64_t rows, int64_t cols) noexcept nogil:
+    """The backward entry point for typenum t: layer norm, or RMS norm when mean is NULL."""
+    if t == cnp.NPY_FLOAT32:
+        if mean != NULL:
+            return fastln_layer_norm_backward_f32_ld(
+                <const float *>dy, lddy, <const float *>x, ldx, <const float *>mean,
+                <const float *>rstd, <const float *>w, <float *>dx, lddx, <float *>dw,
+                <float *>db, rows, cols)
+        return fastln_rms_norm_backward_f32_ld(
+            <const float *>dy, lddy, <const float *>x, ldx, <const float *>rstd,
+            <const float *>w, <float *>dx, lddx, <float *>dw, rows, cols)
+    if mean != NULL:
+        return fastln_layer_norm_backward_f64_ld(
+            <const double *>dy, lddy, <const double *>x, ldx, <const double *>mean,
+            <const double *>rstd, <const double *>w, <double *>dx, lddx, <double *>dw,
+            <double *>db, rows, cols)
+    return fastln_rms_norm_backward_f64_ld(
+        <const double *>dy, lddy, <const double *>x, ldx, <const double *>rstd,
+        <const double *>w, <double *>dx, lddx, <double *>dw, rows, cols)
+
+
+def norm_backward_fast(dy, x, mean, rstd, weight, axis, bint center):
+    """fastln.layer_norm_backward (center) or rms_norm_backward for their common call, done here in
+    C; None for any other call.
+
+    Takes: dy and x exact ndarrays of one shape, float32 or float64, native order, aligned,
+    C-contiguous, ndim >= 1, D = x.shape[-1] > 0, at least one row; axis == -1; mean (center) and
+    rstd such arrays of shape x.shape[:-1] or x.shape[:-1] + (1,); weight None or such a 1-D array
+    of length D. Anything else returns None, and the general path runs, with its checks and errors:
+    at D = 768 its Python checks cost several times the kernel.
+    Returns (dx, dweight, dbias), dweight and dbias None without weight; dbias None unless center.
+    """
+    if not cnp.PyArray_CheckExact(x) or not cnp.PyArray_CheckExact(dy):
+        return None
+    if type(axis) is not int or axis != -1:
+        return None
+    cdef cnp.ndarray xa = <cnp.ndarray>x
+    cdef cnp.ndarray da = <cnp.ndarray>dy
+    cdef int t = cnp.PyArray_TYPE(xa)
+    cdef int nd = cnp.PyArray_NDIM(xa), i
+    if (t != cnp.NPY_FLOAT32 and t != cnp.NPY_FLOAT64) or nd < 1 or not _plain(xa, t):
+        return None
+    if not _plain(da, t) or cnp.PyArray_NDIM(da) != nd:
+        return None
+    for i in range(nd):
+        if cnp.PyArray_DIMS(da)[i] != cnp.PyArray_DIMS(xa)[i]:
+            return None
+    cdef cnp.npy_intp d = cnp.PyArray_DIMS(xa)[nd - 1]
+    if d <= 0 or not _param_ok(weight, t, d):
+        return None
+    cdef int64_t rows = cnp.PyArray_SIZE(xa) // d
+    if rows == 0 or not _stat_ok(rstd, t, xa) or (center and not _stat_ok(mean, t, xa)):
+        return None
+    cdef int flags = 0
+    cdef cnp.ndarray dx = _output(nd, cnp.PyArray_DIMS(xa), t, cnp.PyArray_ITEMSIZE(xa), &flags)
+    cdef cnp.ndarray dw = None, db = None
+    cdef void *pw = NULL
+    cdef void *pdw = NULL
+    cdef void *pdb = NULL
+    if weight is not None:
+        pw = cnp.PyArray_DATA(<cnp.ndarray>weight)
+        dw = cnp.PyArray_EMPTY(1, &d, t, 0)
+        pdw = cnp.PyArray_DATA(dw)
+        if center:
+            db = cnp.PyArray_EMPTY(1, &d, t, 0)
+            pdb = cnp.PyArray_DATA(db)
+    cdef void *pdy = cnp.PyArray_DATA(da)
+    cdef void *px = cnp.PyArray_DATA(xa)
+    cdef void *pdx = cnp.PyArray_DATA(dx)
+    cdef void *pm = cnp.PyArray_DATA(<cnp.ndarray>mean) if center else NULL
+    cdef void *pr = cnp.PyArray_DATA(<cnp.ndarray>rstd)
+    cdef int status
+    with nogil:
+        status = _backward(t, pdy, d, px, d, pm, pr, pw, pdx, d, pdw, pdb, rows, d)
+    _check(status)
+    return dx, dw, db
+
+
 cdef inline int _rows_like(cnp.ndarray x, cnp.ndarray y, int t, int64_t *rows, int64_t *cols,
                            int64_t *ldx, int64_t *ldy) except -1:
     """Checks that x (read) and y (written) are 2-D arrays of typenum t, float32 or float64, of
@@ -374,26 +473,7 @@ def norm_backward_2d(cnp.ndarray dy, cnp.ndarray x, mean, rstd, weight, cnp.ndar
     cdef void *pdx = cnp.PyArray_DATA(dx)
     cdef int status
     with nogil:
-        if t == cnp.NPY_FLOAT32:
-            if m != NULL:
-                status = fastln_layer_norm_backward_f32_ld(
-                    <const float *>pdy, lddy, <const float *>px, ldx, <const float *>m,
-                    <const float *>r, <const float *>w, <float *>pdx, lddx, <float *>dw,
-                    <float *>db, rows, cols)
-            else:
-                status = fastln_rms_norm_backward_f32_ld(
-                    <const float *>pdy, lddy, <const float *>px, ldx, <const float *>r,
-                    <const float *>w, <float *>pdx, lddx, <float *>dw, rows, cols)
-        else:
-            if m != NULL:
-                status = fastln_layer_norm_backward_f64_ld(
-                    <const double *>pdy, lddy, <const double *>px, ldx, <const double *>m,
-                    <const double *>r, <const double *>w, <double *>pdx, lddx, <double *>dw,
-                    <double *>db, rows, cols)
-            else:
-                status = fastln_rms_norm_backward_f64_ld(
-                    <const double *>pdy, lddy, <const double *>px, ldx, <const double *>r,
-                    <const double *>w, <double *>pdx, lddx, <double *>dw, rows, cols)
+        status = _backward(t, pdy, lddy, px, ldx, m, r, w, pdx, lddx, dw, db, rows, cols)
     _check(status)
 
 

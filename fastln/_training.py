@@ -125,6 +125,11 @@ def rms_norm(
 
 
 def _backward(dy, x, mean, rstd, weight, axis, center: bool):
+    # The common call (C-contiguous arrays of one float dtype, the last axis, plain statistics and
+    # weight) runs with its checks done in C; any other call gets None back and goes on below.
+    got = _core.norm_backward_fast(dy, x, mean, rstd, weight, axis, center)
+    if got is not None:
+        return got
     if _add_norm.is_16bit(x) or _add_norm.is_16bit(dy):
         return _add_norm.backward(_backward, dy, x, mean, rstd, weight, axis, center)
     x = as_float_array(x, "x")
@@ -139,7 +144,7 @@ def _backward(dy, x, mean, rstd, weight, axis, center: bool):
     m = _stat(mean, "mean", stat_shape, len(norm_shape), dt) if center else None
     r = _stat(rstd, "rstd", stat_shape, len(norm_shape), dt)
     w = param(weight, "weight", norm_shape, dt)
-    dx = np.empty(x.shape, dtype=dt)
+    dx = _core.empty(x.shape, dt)
     dw = np.zeros(norm_shape, dtype=dt) if w is not None else None
     db = np.zeros(norm_shape, dtype=dt) if w is not None and center else None
     if rows == 0:
@@ -162,8 +167,9 @@ def layer_norm_backward(dy, x, mean, rstd, weight=None, *, axis: int = -1):
     mean and rstd (as layer_norm(..., return_stats=True) returns them).
 
     dweight = sum over examples of dy * (x - mean) * rstd and dbias = sum of dy; both are None when
-    weight is None. They are summed in double per fixed block of rows and then over the blocks in
-    a fixed order, so they are bitwise the same at any thread count.
+    weight is None. They are summed in x's dtype over fixed blocks of rows (16 to 64, set by the
+    row length) and then over the blocks in double in a fixed order, so they are bitwise the same
+    at any thread count.
 
     Examples
     --------

@@ -104,8 +104,8 @@ int LayerNorm(const T *x, int64_t ldx, T *y, int64_t ldy, const T *w, const T *b
 
 // Rows per block of the dweight/dbias partial sums. Set by the shape alone, never by the thread
 // count, so that the sums come out the same at any thread count. Long rows get shorter blocks: more
-// blocks to share among threads, while the scratch (up to 2 * cols doubles per block) stays at most
-// 1/16 of the input's bytes.
+// blocks to share among threads, while the scratch (2 * cols values per block) stays at most 1/16
+// of the input's bytes.
 inline int64_t BackwardBlockRows(int64_t cols) { return cols >= 8192 ? 16 : 64; }
 
 // fn(begin, end) over [0, items) in contiguous ranges, one per thread.
@@ -134,6 +134,32 @@ inline int64_t ThreadsFor(int64_t elems) {
   return nt < by_work ? nt : by_work;
 }
 
+// Scratch memory reused by the calling thread's next call. A fresh malloc of a few hundred KiB is
+// a fresh mmap, and its page faults cost more than a 8x16384 backward pass itself. Buffers up to
+// kKeepBytes stay; larger ones are freed after the call.
+constexpr size_t kKeepBytes = size_t(8) << 20;
+
+struct Workspace {
+  void *p = nullptr;
+  size_t bytes = 0;
+  ~Workspace() { free(p); }
+  void *Get(size_t n) {
+    if (n <= bytes) return p;
+    free(p);
+    p = malloc(n);
+    bytes = p ? n : 0;
+    return p;
+  }
+  void Trim() {
+    if (bytes > kKeepBytes) {
+      free(p);
+      p = nullptr;
+      bytes = 0;
+    }
+  }
+};
+thread_local Workspace t_workspace;
+
 template <class T>
 int NormBackward(const NormBackwardArgs<T> &a, int64_t rows, T *dweight, T *dbias,
                  NormBackwardRowsFn<T> KernelTable::*fn) {
@@ -151,37 +177,60 @@ int NormBackward(const NormBackwardArgs<T> &a, int64_t rows, T *dweight, T *dbia
     return FASTLN_OK;
   }
 
-  // Partials per block: dw[cols] then, for layer norm, db[cols].
+  // Partials per block, in T: dw[cols] then, for layer norm, db[cols]. sum[per] adds them up in
+  // double, starting from block 0's, in block order, whether one thread does it as the blocks come
+  // (holding one block's partials) or threads split the columns after all blocks are done (holding
+  // every block's).
   const bool center = a.mean != nullptr;
   const int64_t per = center ? 2 * cols : cols;
   const int64_t block = BackwardBlockRows(cols);
-  const int64_t nblocks = rows > 0 ? (rows + block - 1) / block : 1;
-  if (nblocks > INT64_MAX / 8 / per) return FASTLN_ERR_NO_MEMORY;
-  double *scratch = static_cast<double *>(malloc(static_cast<size_t>(nblocks * per) * sizeof(double)));
-  if (!scratch) return FASTLN_ERR_NO_MEMORY;
-  if (rows == 0) {
-    for (int64_t j = 0; j < per; ++j) scratch[j] = 0.0;
+  const int64_t nblocks = (rows + block - 1) / block;
+  if (nblocks == 0) {
+    for (int64_t j = 0; j < cols; ++j) {
+      if (dweight) dweight[j] = T(0);
+      if (dbias && center) dbias[j] = T(0);
+    }
+    return FASTLN_OK;
+  }
+  int64_t nt = ThreadsFor(rows * cols);
+  if (nt > nblocks) nt = nblocks;
+  const int64_t nparts = nt > 1 ? nblocks : 1;
+  if (nparts > (INT64_MAX / 2 - 64) / int64_t(sizeof(double)) / per) return FASTLN_ERR_NO_MEMORY;
+  double *sum = static_cast<double *>(
+      t_workspace.Get(static_cast<size_t>(per * int64_t(sizeof(double)) + nparts * per *
+                                          int64_t(sizeof(T)))));
+  if (!sum) return FASTLN_ERR_NO_MEMORY;
+  T *parts = reinterpret_cast<T *>(sum + per);
+  auto run_block = [&](int64_t b, T *p) {
+    const int64_t r1 = (b + 1) * block < rows ? (b + 1) * block : rows;
+    kernel(a, b * block, r1, p, center ? p + cols : nullptr);
+  };
+  auto fold = [&](int64_t b, const T *p, int64_t j0, int64_t j1) {
+    if (b == 0) {
+      for (int64_t j = j0; j < j1; ++j) sum[j] = double(p[j]);
+    } else {
+      for (int64_t j = j0; j < j1; ++j) sum[j] += double(p[j]);
+    }
+  };
+  if (nt <= 1) {
+    for (int64_t b = 0; b < nblocks; ++b) {
+      run_block(b, parts);
+      if (nblocks > 1) fold(b, parts, 0, per);
+    }
   } else {
-    ParallelRanges(nblocks, ThreadsFor(rows * cols), [&](int64_t b0, int64_t b1) {
-      for (int64_t b = b0; b < b1; ++b) {
-        double *dw = scratch + b * per;
-        const int64_t r1 = (b + 1) * block < rows ? (b + 1) * block : rows;
-        kernel(a, b * block, r1, dw, center ? dw + cols : nullptr);
-      }
+    ParallelRanges(nblocks, nt, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) run_block(b, parts + b * per);
     });
-    // Blocks summed in order 0, 1, 2, ... for every column; threads split the columns only.
     ParallelRanges(per, ThreadsFor(nblocks * per), [&](int64_t j0, int64_t j1) {
-      for (int64_t b = 1; b < nblocks; ++b) {
-        const double *p = scratch + b * per;
-        for (int64_t j = j0; j < j1; ++j) scratch[j] += p[j];
-      }
+      for (int64_t b = 0; b < nblocks; ++b) fold(b, parts + b * per, j0, j1);
     });
   }
   for (int64_t j = 0; j < cols; ++j) {
-    if (dweight) dweight[j] = T(scratch[j]);
-    if (dbias && center) dbias[j] = T(scratch[cols + j]);
+    // One block: its partials are the sums, as T(double(p)) == p.
+    if (dweight) dweight[j] = nblocks > 1 ? T(sum[j]) : parts[j];
+    if (dbias && center) dbias[j] = nblocks > 1 ? T(sum[cols + j]) : parts[cols + j];
   }
-  free(scratch);
+  t_workspace.Trim();
   return FASTLN_OK;
 }
 

@@ -38,12 +38,12 @@ struct NormBackwardArgs {
 };
 
 // Writes dx for rows [row_begin, row_end). When dw is not null, also writes (not adds) the column
-// sums over those rows of dy * xhat to dw[0, cols) and, for LayerNorm, of dy to db[0, cols), in
-// double. The caller hands each fixed block of rows its own dw/db and sums them in a fixed order,
-// so dweight and dbias do not depend on the thread count.
+// sums over those rows of dy * xhat to dw[0, cols) and, for LayerNorm, of dy to db[0, cols), in T.
+// The caller hands each fixed block of rows (a few dozen) its own dw/db and sums them in double in
+// a fixed order, so dweight and dbias do not depend on the thread count.
 template <class T>
 using NormBackwardRowsFn = void (*)(const NormBackwardArgs<T> &a, int64_t row_begin,
-                                    int64_t row_end, double *dw, double *db);
+                                    int64_t row_end, T *dw, T *db);
 // A norm with a fused residual add and/or 16-bit storage (src/ops/add_norm-inl.h). T is the storage
 // type (uint16_t holds float16 or bfloat16 bits); P the type of the parameters and statistics: T
 // itself for float and double, float for 16-bit storage. Per row, with res: h = x + res rounded to

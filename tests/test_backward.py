@@ -167,6 +167,61 @@ def test_axes_strides_and_keepdim_stats(isa, rng):
     close(fastln.rms_norm_backward(dyv, xv, r)[0], ref.rms_norm_backward(dyv, xv, r)[0], 1e-12)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fast_path_matches_general_path(isa, rng, dtype):
+    # The common call (C-contiguous arrays, the last axis) runs its checks in C; a Fortran-ordered
+    # copy of the same arrays takes the general path. Both reach the same kernel on the same
+    # values, so the results must agree bit for bit, for every form of the statistics.
+    from fastln import _core
+
+    x, w, b, dy = ln_case(rng, (3, 5, 40), dtype)
+    _, mean, rstd = fastln.layer_norm(x, w, b, return_stats=True)
+    assert _core.norm_backward_fast(dy, x, mean, rstd, w, -1, True) is not None
+    slow = fastln.layer_norm_backward(np.asfortranarray(dy), np.asfortranarray(x), mean, rstd, w)
+    for m, r in [(mean, rstd), (mean[..., None], rstd[..., None])]:
+        for weight in (w, None):
+            got = fastln.layer_norm_backward(dy, x, m, r, weight)
+            assert got[0].tobytes() == fastln.layer_norm_backward(
+                np.asfortranarray(dy), np.asfortranarray(x), m, r, weight)[0].tobytes()
+            if weight is None:
+                assert got[1] is None and got[2] is None
+            else:
+                for g, e in zip(got, slow):
+                    assert g.dtype == dtype and g.shape == e.shape and g.tobytes() == e.tobytes()
+    _, rstd = fastln.rms_norm(x, w, return_stats=True)
+    got = fastln.rms_norm_backward(dy, x, rstd, w)
+    assert len(got) == 2
+    slow = fastln.rms_norm_backward(np.asfortranarray(dy), np.asfortranarray(x), rstd, w)
+    for g, e in zip(got, slow):
+        assert g.tobytes() == e.tobytes()
+    # Calls the fast path leaves to the general one: mismatched dtypes, other axes, wrong shapes.
+    assert _core.norm_backward_fast(dy, x.astype(np.float16), mean, rstd, w, -1, True) is None
+    assert _core.norm_backward_fast(dy, x, mean, rstd, w, 1, True) is None
+    assert _core.norm_backward_fast(dy, x, mean[:, :1], rstd, w, -1, True) is None
+    assert _core.norm_backward_fast(dy, x, mean, rstd, w[:-1], -1, True) is None
+    with pytest.raises(ValueError):
+        fastln.layer_norm_backward(dy, x, mean[:, :1], rstd, w)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [7, 33, 768])
+def test_mean_near_and_far_from_zero(isa, rng, dtype, n):
+    # dx skips the subtraction of mean for rows with |mean| <= 2 std and subtracts it for the
+    # others: rows on both sides of that line, and far out, against the float64 reference.
+    x = rng.standard_normal((8, n))
+    x = (x - x.mean(axis=1, keepdims=True)) / x.std(axis=1, keepdims=True)
+    x = (x + np.array([0.0, 1.9, -1.99, 2.01, -2.2, 30.0, -1e3, 1e4])[:, None]).astype(dtype)
+    w = (1 + 0.5 * rng.standard_normal(n)).astype(dtype)
+    dy = rng.standard_normal((8, n)).astype(dtype)
+    _, mean, rstd = fastln.layer_norm(x, w, return_stats=True)
+    dx, dw, db = fastln.layer_norm_backward(dy, x, mean, rstd, w)
+    dx_r, dw_r, db_r = ref.layer_norm_backward(dy, x, mean, rstd, w)
+    for r in range(8):
+        close(dx[r], dx_r[r], REF_TOL[dtype], dx_scale(dy[r], rstd[r], w))
+    close(dw, dw_r, REF_TOL[dtype])
+    close(db, db_r, REF_TOL[dtype])
+
+
 def test_dx_may_overwrite_dy_or_x(isa, rng):
     # The C API allows dx to be dy or x (same leading dimension); the kernels read each element
     # before they write it.

@@ -78,9 +78,9 @@ int fastln_rms_norm_f64_ld(const double *x, int64_t ldx, double *y, int64_t ldy,
 /* Backward passes. Given dy = dL/dy, the forward input x and the mean and rstd the forward pass
  * returned, they write dx = dL/dx, and when not NULL, dweight = sum over rows of dy * xhat and
  * (layer norm) dbias = sum over rows of dy, each of cols elements, xhat = (x - mean) * rstd
- * (RMSNorm: x * rstd). weight NULL means weight = 1. dweight and dbias are summed in double per
- * fixed block of rows, then over the blocks in a fixed order: they are bitwise the same at any
- * thread count. dx must not overlap dy or x other than being one of them with the same leading
+ * (RMSNorm: x * rstd). weight NULL means weight = 1. dweight and dbias are summed in the data's
+ * type over fixed blocks of rows (16 to 64, set by cols), then over the blocks in double in a fixed
+ * order: they are bitwise the same at any thread count. dx must not overlap dy or x other than being one of them with the same leading
  * dimension. May return FASTLN_ERR_NO_MEMORY when dweight or dbias is requested. */
 int fastln_layer_norm_backward_f32(const float *dy, const float *x, const float *mean,
                                    const float *rstd, const float *weight, float *dx,

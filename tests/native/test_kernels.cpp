@@ -448,8 +448,9 @@ void CheckAddNorm(const Isa &isa, const char *kname, Fn fn) {
 
 // ---------------------------------------------------------------------------------------------
 // Backward passes: dx for each row, and when asked dweight = sum over rows of dy * xhat and
-// (LayerNorm) dbias = sum of dy, in double. mean and rstd come from the float64 forward rounded to
-// P, as a forward pass would hand them over; the reference uses the same rounded values.
+// (LayerNorm) dbias = sum of dy, in P (the C API adds the blocks' sums in double). mean and rstd
+// come from the float64 forward rounded to P, as a forward pass would hand them over; the
+// reference uses the same rounded values.
 
 template <class P, Op op, class Fn>
 void RunBackwardCase(const Isa &isa, const char *kname, Fn fn, int64_t n,
@@ -473,7 +474,7 @@ void RunBackwardCase(const Isa &isa, const char *kname, Fn fn, int64_t n,
   for (int variant = 0; variant < 5; ++variant) {
     const bool hw = variant & 1, inplace = variant == 4, grad = (variant & 2) || inplace;
     std::vector<P> dyin = dy, dx(rows * ld, P(-3));
-    std::vector<double> dw(n, 12345.0), db(n, 12345.0);
+    std::vector<P> dw(n, P(12345)), db(n, P(12345));
     P *dxp = inplace ? dyin.data() : dx.data();
     Args a{};
     a.dy = dyin.data(), a.lddy = ld, a.x = x.data(), a.ldx = ld, a.dx = dxp, a.lddx = ld;
@@ -512,13 +513,13 @@ void RunBackwardCase(const Isa &isa, const char *kname, Fn fn, int64_t n,
     }
     if (grad) {
       for (int64_t i = 0; i < n; ++i) {
-        wg.Note(fabs(dw[i] - double(rdw[i])) / (double(sdw[i]) + 1e-300), -1, i);
-        if (op == kLayer) wg.Note(fabs(db[i] - double(rdb[i])) / (double(sdb[i]) + 1e-300), -2, i);
+        wg.Note(fabs(double(dw[i]) - double(rdw[i])) / (double(sdw[i]) + 1e-300), -1, i);
+        if (op == kLayer) wg.Note(fabs(double(db[i]) - double(rdb[i])) / (double(sdb[i]) + 1e-300), -2, i);
       }
     } else {
-      for (int64_t i = 0; i < n; ++i) guard_ok &= dw[i] == 12345.0 && db[i] == 12345.0;
+      for (int64_t i = 0; i < n; ++i) guard_ok &= dw[i] == P(12345) && db[i] == P(12345);
     }
-    if (op == kRms) for (int64_t i = 0; i < n; ++i) guard_ok &= db[i] == 12345.0;
+    if (op == kRms) for (int64_t i = 0; i < n; ++i) guard_ok &= db[i] == P(12345);
     Expect(wdx.e <= Tol<P>() && wg.e <= Tol<P>() && guard_ok,
            "%s %s %s n=%lld w=%d grads=%d inplace=%d: dx err %.3g at row %lld col %lld, "
            "dweight/dbias err %.3g at col %lld, untouched ok=%d",
