@@ -117,46 +117,46 @@ inline Moments RowMoments(const Src &src, int64_t n, typename Src::T pivot, cons
 
   job.Rest();
 
-  // The tail (fewer than kBlock values) in scalar double, in two passes (sum, then squares about
-  // the tail's mean) of four independent sums each. A Welford chain here is latency-bound, ~12
-  // cycles a value, and with AVX-512 the tail holds up to 63 values: 2048x100 float32 then ran
-  // 4.5x slower than with AVX2.
+  // The tail (fewer than kBlock values): its whole vectors, then the last few values one by one,
+  // in two passes (sum, then squares about the tail's mean rounded to T, with the rounding
+  // corrected by the sum of the deviations). A Welford chain here is latency-bound, ~12 cycles a
+  // value, and with AVX-512 the tail holds up to 63 values: 2048x100 float32 ran 4.5x slower than
+  // with AVX2 with such a chain, and 2x slower with the tail's vectors taken one value at a time.
+  // Each value is read from src once (SumOf writes h as it reads) and kept for the second pass.
   const int64_t tail = n - nblocks * kBlock;
   if (tail > 0) {
     const double k = kShift ? double(pivot) : 0.0;
-    // The values are read from src once (SumOf writes h as it reads) and kept for the second pass.
-    double v[kBlock];
-    const int64_t t4 = tail & ~int64_t(3);
-    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
-    for (int64_t j = 0; j < t4; j += 4) {
-      v[j] = double(src.At(pos + j)) - k;
-      v[j + 1] = double(src.At(pos + j + 1)) - k;
-      v[j + 2] = double(src.At(pos + j + 2)) - k;
-      v[j + 3] = double(src.At(pos + j + 3)) - k;
-      s0 += v[j];
-      s1 += v[j + 1];
-      s2 += v[j + 2];
-      s3 += v[j + 3];
+    const int nv = int(tail / N);  // < kAcc
+    V tv[kAcc];
+    V vs = S::Zero();
+    for (int a = 0; a < nv; ++a) {
+      tv[a] = kShift ? S::Sub(src.Load(pos + a * N), vk) : src.Load(pos + a * N);
+      vs = S::Add(vs, tv[a]);
     }
-    for (int64_t j = t4; j < tail; ++j) {
-      v[j] = double(src.At(pos + j)) - k;
-      s0 += v[j];
+    const int64_t vend = int64_t(nv) * N;
+    double v[N];
+    double s = 0.0;
+    for (int64_t j = vend; j < tail; ++j) {
+      v[j - vend] = double(src.At(pos + j)) - k;
+      s += v[j - vend];
     }
-    const double tm = ((s0 + s1) + (s2 + s3)) / double(tail);
-    double q0 = 0.0, q1 = 0.0, q2 = 0.0, q3 = 0.0;
-    for (int64_t j = 0; j < t4; j += 4) {
-      const double d0 = v[j] - tm, d1 = v[j + 1] - tm;
-      const double d2 = v[j + 2] - tm, d3 = v[j + 3] - tm;
-      q0 += d0 * d0;
-      q1 += d1 * d1;
-      q2 += d2 * d2;
-      q3 += d3 * d3;
+    const T tm = T((double(S::ReduceSumDouble(vs)) + s) / double(tail));
+    const V vtm = S::Set(tm);
+    V vq = S::Zero(), vd = S::Zero();
+    for (int a = 0; a < nv; ++a) {
+      const V d = S::Sub(tv[a], vtm);
+      vd = S::Add(vd, d);
+      vq = S::MulAdd(d, d, vq);
     }
-    for (int64_t j = t4; j < tail; ++j) {
-      const double d = v[j] - tm;
-      q0 += d * d;
+    double q = double(S::ReduceSumDouble(vq)), ds = double(S::ReduceSumDouble(vd));
+    for (int64_t j = vend; j < tail; ++j) {
+      const double d = v[j - vend] - double(tm);
+      ds += d;
+      q += d * d;
     }
-    total = Merge(total, Moments{double(tail), tm, (q0 + q1) + (q2 + q3)});
+    const double cnt = double(tail);
+    const double m2 = q - ds * ds / cnt;  // ds is tiny next to sqrt(q * cnt): no cancellation
+    total = Merge(total, Moments{cnt, double(tm) + ds / cnt, m2 < 0 ? 0.0 : m2});  // NaN stays
   }
   return total;
 }
