@@ -165,7 +165,8 @@ int fastln_set_isa(const char *name);
 int fastln_init_status(void);
 /* 1 if this build and CPU can run the named ISA, else 0. */
 int fastln_isa_supported(const char *name);
-/* The ISA picked automatically for this CPU (the best usable one). */
+/* The ISA picked automatically for this CPU: avx2 on x86-64 when it runs (avx512 only on request,
+ * see src/dispatch.cpp), neon on ARM, else scalar. */
 const char *fastln_best_isa(void);
 
 /* Threads: 0 means "follow OpenMP" (OMP_NUM_THREADS, omp_set_num_threads, threadpoolctl). */
