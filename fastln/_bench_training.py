@@ -155,9 +155,13 @@ def markdown(rows: List[Dict]) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="fastln training ops against torch and the floor")
     ap.add_argument("--quick", action="store_true", help="the quick grid, few rounds")
+    ap.add_argument("--grid", action="store_true",
+                    help="the N×D grid of python -m fastln.bench (inputs up to 64 MiB)")
     ap.add_argument("--rounds", type=int, default=None)
     args = ap.parse_args(argv)
     shapes = QUICK_SHAPES if args.quick else SHAPES
+    if args.grid:
+        shapes = tuple(_bench.grid(64 << 20))
     rounds = args.rounds or (3 if args.quick else 15)
     print(f"fastln {fastln.__version__}, isa {fastln.get_isa()}, 1 thread, float32, "
           f"best of {rounds} interleaved rounds")

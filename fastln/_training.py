@@ -112,7 +112,7 @@ def rms_norm(
     w = param(weight, "weight", norm_shape, dt)
     if out is not None:
         check_out(out, x)
-    y = out if out is not None else np.empty(x.shape, dtype=dt)
+    y = out if out is not None else _core.empty(x.shape, dt)
     rstd = np.empty(x.shape[:ax], dtype=dt) if return_stats else None
     if rows > 0:
         x2 = _rows_in(x, rows, cols)
