@@ -61,7 +61,21 @@ from ._args import (  # noqa: E402
 from ._training import RMSNorm, _NormModule  # noqa: E402
 
 # GPU arrays (CuPy, torch CUDA tensors) go to the CUDA path; see _cuda_api.
-rms_norm = _cuda_api.with_gpu_path(_training.rms_norm, _cuda_api.rms_norm)
+_rms_norm = _cuda_api.with_gpu_path(_training.rms_norm, _cuda_api.rms_norm)
+
+
+# Its common call (no residual) runs its checks in C too, through the fused kernels' entry with no
+# residual: at 1x768 the general path cost 4.8 us against torch's 10.9.
+@functools.wraps(_training.rms_norm)
+def rms_norm(x, weight=None, eps: float = 1e-6, *, axis: int = -1, out=None,
+             return_stats: bool = False, residual=None, residual_out=None):
+    if residual is None and residual_out is None and type(x) is np.ndarray:
+        got = _core.add_norm_fast(x, None, weight, None, eps, out, None, axis, return_stats,
+                                  _core.NATIVE, True)
+        if got is not None:
+            return got
+    return _rms_norm(x, weight, eps, axis=axis, out=out, return_stats=return_stats,
+                     residual=residual, residual_out=residual_out)
 _layer_norm_backward = _cuda_api.with_gpu_path(
     _training.layer_norm_backward, _cuda_api.layer_norm_backward
 )

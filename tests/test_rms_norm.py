@@ -189,3 +189,23 @@ def test_bad_input():
         fastln.rms_norm(np.ones((2, 0), np.float32))
     with pytest.raises(TypeError):
         fastln.RMSNorm(4, dtype=np.int64)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(1, 768), (5, 33), (64, 1000), (3, 4097)])
+def test_fast_path_matches_general_path_bitwise(isa, rng, dtype, shape):
+    """fastln.rms_norm's common call is checked in C and runs the fused kernels' no-residual entry;
+    it must give the general path's bits (and its outputs, in place too)."""
+    from fastln import _training
+
+    x = (rng.standard_normal(shape) * 3 + 1).astype(dtype)
+    w = rng.standard_normal(shape[-1]).astype(dtype)
+    for weight in (None, w):
+        want = _training.rms_norm(x, weight, 1e-6)
+        np.testing.assert_array_equal(fastln.rms_norm(x, weight, 1e-6), want)
+        y = np.empty_like(x)
+        assert fastln.rms_norm(x, weight, 1e-6, out=y) is y
+        np.testing.assert_array_equal(y, want)
+        xi = x.copy()
+        fastln.rms_norm(xi, weight, 1e-6, out=xi)
+        np.testing.assert_array_equal(xi, want)
