@@ -25,6 +25,9 @@ inline double Sqrt(double v) { return __builtin_sqrt(v); }
 inline int64_t Min(int64_t a, int64_t b) { return a < b ? a : b; }
 inline double Abs(double v) { return v < 0 ? -v : v; }
 
+template <class A, class B> struct IsSame { static constexpr bool value = false; };
+template <class A> struct IsSame<A, A> { static constexpr bool value = true; };
+
 // Welford updates each lane with m += (x - m) / (j + 1). The division is replaced by a multiply
 // with 1/(j+1) from this table; rows longer than kChunk steps per lane run in chunks of kChunk that
 // are merged with Chan's formula, so the table stays small and in L1.
@@ -100,17 +103,29 @@ inline Moments Merge(const Moments &a, const Moments &b) {
 // Storage formats: how a row stored as E is read into vectors of the compute type T, and written
 // back. The row routines are templates over a format, so 16-bit rows are widened as they are
 // loaded and rounded as they are stored, in registers: no pass over a float copy of the row.
-// A vector ISA supplies the 16-bit conversions as four members of Simd<float> (LoadF16, StoreF16,
-// LoadBF16, StoreBF16; 16-bit bits in, N floats out and back, rounding to nearest even); the
-// one-value conversions for row tails are half.h's, shared by every ISA.
+// A vector ISA supplies the 16-bit conversions as members of Simd<float> (LoadF16, StoreF16,
+// LoadBF16, StoreBF16, StoreBF16RoundOnly; 16-bit bits in, N floats out and back, rounding to
+// nearest even); the one-value conversions for row tails are half.h's, shared by every ISA.
+//
+// Three stores, as bfloat16's rounding is cheaper where NaN needs no care (StoreBF16RoundOnly,
+// exact unless a NaN lane has nonzero low 16 bits):
+//   Store   any values.
+//   StoreSum  sums of two values widened from E (the fused residual add's h). A NaN among them
+//           is quiet with the payload of a widened value or the default NaN: low 16 bits zero.
+//   StoreY  the fast paths' normalized values. NaN there only comes from a NaN or Inf in weight
+//           or bias (see AllFinite), so the 16-bit entry points switch to the format NoNaNY
+//           (the format itself where that gains nothing) when those are finite.
 template <class T_>
 struct Native {
   using T = T_;
   using E = T_;
   using S = Simd<T>;
+  using NoNaNY = Native;
   static constexpr bool kNative = true;
   static inline typename S::V Load(const E *p) { return S::Load(p); }
   static inline void Store(E *p, typename S::V v) { S::Store(p, v); }
+  static inline void StoreSum(E *p, typename S::V v) { S::Store(p, v); }
+  static inline void StoreY(E *p, typename S::V v) { S::Store(p, v); }
   static inline void StoreStream(E *p, typename S::V v) { S::StoreStream(p, v); }
   static inline T ToT(E e) { return e; }
   static inline E FromT(T t) { return t; }
@@ -120,25 +135,59 @@ struct Float16Format {
   using T = float;
   using E = uint16_t;
   using S = Simd<float>;
+  using NoNaNY = Float16Format;  // F16C and FCVTN round NaN at no extra cost
   static constexpr bool kNative = false;
   static inline S::V Load(const E *p) { return S::LoadF16(p); }
   static inline void Store(E *p, S::V v) { S::StoreF16(p, v); }
+  static inline void StoreSum(E *p, S::V v) { S::StoreF16(p, v); }
+  static inline void StoreY(E *p, S::V v) { S::StoreF16(p, v); }
   static inline void StoreStream(E *p, S::V v) { S::StoreF16(p, v); }  // unused: see StreamY
   static inline float ToT(E e) { return HalfToFloat(e); }
   static inline E FromT(float f) { return FloatToHalf(f); }
 };
 
+struct BFloat16NoNaNY;
+
 struct BFloat16Format {
   using T = float;
   using E = uint16_t;
   using S = Simd<float>;
+  using NoNaNY = BFloat16NoNaNY;
   static constexpr bool kNative = false;
   static inline S::V Load(const E *p) { return S::LoadBF16(p); }
   static inline void Store(E *p, S::V v) { S::StoreBF16(p, v); }
+  static inline void StoreSum(E *p, S::V v) { S::StoreBF16RoundOnly(p, v); }
+  static inline void StoreY(E *p, S::V v) { S::StoreBF16(p, v); }
   static inline void StoreStream(E *p, S::V v) { S::StoreBF16(p, v); }  // unused: see StreamY
   static inline float ToT(E e) { return BFloat16ToFloat(e); }
   static inline E FromT(float f) { return FloatToBFloat16(f); }
 };
+
+// bfloat16 rows with finite weight and bias: y cannot be NaN.
+struct BFloat16NoNaNY : BFloat16Format {
+  using NoNaNY = BFloat16NoNaNY;
+  static inline void StoreY(E *p, S::V v) { S::StoreBF16RoundOnly(p, v); }
+};
+
+// Whether none of n values from p (null: none) is NaN or Inf; v - v is 0 for the others. Where
+// this holds for weight and bias, the fast paths' y cannot be NaN: they only normalize rows whose
+// values are all finite (a NaN or Inf makes the row's statistics non-finite, and such rows take
+// the exact path), and finite u * w + b is a number or +-Inf.
+template <class T>
+inline bool AllFinite(const T *p, int64_t n) {
+  using S = Simd<T>;
+  using V = typename S::V;
+  if (!p) return true;
+  V acc = S::Zero();
+  int64_t i = 0;
+  for (; i + S::N <= n; i += S::N) {
+    const V v = S::Load(p + i);
+    acc = S::Add(acc, S::Sub(v, v));
+  }
+  T s = S::ReduceSum(acc);
+  for (; i < n; ++i) s += p[i] - p[i];
+  return s == T(0);
+}
 
 // Where a routine's first read of a row comes from. RowOf: the stored row x. SumOf: the fused
 // residual add; each value read is h = x + r, rounded to the storage format, written to h (which
@@ -164,7 +213,7 @@ struct SumOf {
   E *h;
   V Load(int64_t i) const {
     const V v = S::Add(St::Load(x + i), St::Load(r + i));
-    St::Store(h + i, v);
+    St::StoreSum(h + i, v);
     // The rounded value: for 16-bit storage read back at once (store-to-load forwarding, no
     // trip to memory).
     return St::kNative ? v : St::Load(h + i);

@@ -394,9 +394,11 @@ def test_half_within_one_ulp(isa, rng, op, name, cols, params):
 
 
 @pytest.mark.parametrize("name", HALF)
-def test_half_rounding_of_every_kind_of_float(isa, rng, name):
+@pytest.mark.parametrize("nonfinite", [False, True])
+def test_half_rounding_of_every_kind_of_float(isa, rng, name, nonfinite):
     # weight 0 makes y = bias exactly, so the output is the rounding of arbitrary float32 values:
-    # ties, overflow to Inf, subnormals, NaN (kept, quiet).
+    # ties, overflow to Inf, subnormals, NaN (kept, quiet). With a finite bias, y cannot be NaN
+    # and bfloat16 takes a store without the NaN test; an Inf or NaN in it switches back.
     dt = _half(name)
     if dt == F16:
         special = [
@@ -419,6 +421,8 @@ def test_half_rounding_of_every_kind_of_float(isa, rng, name):
     special = np.array(special, np.float64).astype(F32)
     rnd = rng.integers(0, 2**32, 4000, dtype=np.uint64).astype(np.uint32).view(F32)
     inf_nan = np.array([np.inf, -np.inf, np.nan], F32)
+    if not nonfinite:
+        rnd, inf_nan = rnd[np.isfinite(rnd)], inf_nan[:0]
     bias = np.concatenate([special, -special, rnd, inf_nan])
     bias = bias[bias != 0]  # u * 0 + (-0) may give +0
     x = _data(rng, (1, bias.size), dt)
@@ -456,6 +460,8 @@ def test_half_residual_of_every_bit_pattern(isa, rng, name):
     nan = np.isnan(x.astype(F32))
     np.testing.assert_array_equal(_bits(h)[~nan], _bits(x)[~nan])
     assert np.isnan(h.astype(F32)[nan]).all()
+    if dt != F16:  # bfloat16's h store rounds without a NaN test: the payload must survive it
+        np.testing.assert_array_equal(_bits(h)[nan], _bits(x)[nan] | 0x40)
     # A sum that must round: h is NumPy's (or ml_dtypes') x + r in dt, bit for bit.
     a = _data(rng, (8, 333), dt, s=100.0)
     c = _data(rng, (8, 333), dt, s=0.01)
@@ -490,6 +496,52 @@ def test_half_nan_inf_and_constant_rows(isa, name):
     y, mean, rstd = fastln.layer_norm(x, return_stats=True)
     assert (y[0].astype(F32) == 0).all() and np.isfinite(rstd[0])
     assert np.isnan(y[1:].astype(F32)).all() and np.isnan(mean[1:]).all()
+
+
+def _rounded(y32, dt):
+    """Bits of float32 y32 rounded to dt as fastln rounds: to nearest even, NaN kept, made quiet."""
+    u = y32.view(np.uint32).astype(np.uint64)
+    nan = np.isnan(y32)
+    if dt == F16:
+        with np.errstate(over="ignore", invalid="ignore"):
+            out = y32.astype(F16).view(np.uint16).copy()
+        out[nan] = (u[nan] >> 16) & 0x8000 | 0x7E00 | (u[nan] >> 13) & 0x3FF
+        return out
+    out = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    out[nan] = (u[nan] >> 16) | 0x40
+    return out
+
+
+WEIGHT_CASES = ["none", "nan_weight", "inf_weight"]
+BAD_PARAMS = [("layer_norm", c) for c in WEIGHT_CASES + ["nan_bias", "inf_bias"]]
+BAD_PARAMS += [("rms_norm", c) for c in WEIGHT_CASES]  # no bias
+
+
+@pytest.mark.parametrize(("op", "bad"), BAD_PARAMS)
+@pytest.mark.parametrize("name", HALF)
+@pytest.mark.parametrize("cols", TAILS)
+def test_half_y_with_finite_and_nonfinite_params(isa, rng, op, bad, name, cols):
+    # Finite weight and bias: y cannot be NaN, and bfloat16 rounds it without the NaN test. A NaN
+    # or Inf in either: the full rounding. Every value of y, in every vector and tail position, is
+    # the float32 routine's result rounded once, NaN payloads kept.
+    dt = _half(name)
+    x = _data(rng, (5, cols), dt)
+    w, b = _data(rng, cols, F32, c=1.0), _data(rng, cols, F32)
+    if bad != "none":
+        # A NaN whose low 16 bits carry into its top half when rounded without the NaN test.
+        v = np.array([0xFFFFFFFF], np.uint32).view(F32)[0] if bad[:3] == "nan" else np.inf
+        (w if bad.endswith("weight") else b)[rng.integers(cols)] = v
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = _rounded(_norm(op, x.astype(F32), w, b), dt)
+    buf = np.empty(x.size + 1, dt)
+    xi = buf[1:].reshape(x.shape)  # in place, at an odd offset from any vector boundary
+    xi[...] = x
+    np.testing.assert_array_equal(_bits(_norm(op, x, w, b)), want)
+    assert _norm(op, xi, w, b, out=xi) is xi
+    np.testing.assert_array_equal(_bits(xi), want)
+    r = _data(rng, (5, cols), dt)
+    y, h = _norm(op, x, w, b, residual=r)
+    np.testing.assert_array_equal(_bits(y), _bits(_norm(op, h, w, b)))
 
 
 def test_half_errors():

@@ -14,8 +14,18 @@ void AddLayerNormRows(const AddNormArgs<T, T> &a, int64_t r0, int64_t r1) {
   LayerNormRowsOf<Native<T>>(a, true, r0, r1);
 }
 
+// Format F, or F::NoNaNY (a cheaper store of y, see kernels-inl.h) where weight and bias are
+// finite. Checked once per block of rows: 2 * cols values, next to rows * cols.
+template <class F>
+bool UseNoNaNY(const float *weight, const float *bias, int64_t cols) {
+  return !IsSame<F, typename F::NoNaNY>::value && AllFinite(weight, cols) && AllFinite(bias, cols);
+}
+
 template <class F>
 void AddLayerNormRows16(const AddNormArgs<uint16_t, float> &a, int64_t r0, int64_t r1) {
+  if (UseNoNaNY<F>(a.weight, a.bias, a.cols)) {
+    return LayerNormRowsOf<typename F::NoNaNY>(a, true, r0, r1);
+  }
   LayerNormRowsOf<F>(a, true, r0, r1);
 }
 
@@ -26,6 +36,7 @@ void AddRmsNormRows(const AddNormArgs<T, T> &a, int64_t r0, int64_t r1) {
 
 template <class F>
 void AddRmsNormRows16(const AddNormArgs<uint16_t, float> &a, int64_t r0, int64_t r1) {
+  if (UseNoNaNY<F>(a.weight, nullptr, a.cols)) return RmsNormRowsOf<typename F::NoNaNY>(a, r0, r1);
   RmsNormRowsOf<F>(a, r0, r1);
 }
 

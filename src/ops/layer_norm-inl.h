@@ -221,7 +221,7 @@ struct Normalizer {
     if (kNT) {
       St::StoreStream(y + i, Compute(i));
     } else {
-      St::Store(y + i, Compute(i));
+      St::StoreY(y + i, Compute(i));
     }
   }
   // Values [i, end) with plain stores. Every value is computed by the same vector arithmetic

@@ -51,7 +51,7 @@ inline void ScaleRow(const typename St::E *x, typename St::E *y, int64_t n,
   auto one = [&](int64_t i) {
     V u = S::Mul(St::Load(x + i), vr);
     if (kW) u = S::Mul(u, S::Load(w + i));
-    St::Store(y + i, u);
+    St::StoreY(y + i, u);
   };
   int64_t i = 0;
   for (; i + 4 * N <= n; i += 4 * N) {

@@ -72,12 +72,24 @@ struct Simd<float> {
     const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
     const __m256i bias = _mm256_and_si256(_mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff)), num);
     const __m256i quiet = _mm256_andnot_si256(num, _mm256_set1_epi32(0x400000));
-    const __m256i r = _mm256_or_si256(_mm256_add_epi32(x, bias), quiet);
+    StoreTopHalves(p, _mm256_or_si256(_mm256_add_epi32(x, bias), quiet));
+  }
+  // The top 16 bits of each 32-bit lane of r, to 8 values at p.
+  static inline void StoreTopHalves(uint16_t *p, __m256i r) {
     const __m256i hi = _mm256_setr_epi8(2, 3, 6, 7, 10, 11, 14, 15, -128, -128, -128, -128, -128,
                                         -128, -128, -128, 2, 3, 6, 7, 10, 11, 14, 15, -128, -128,
                                         -128, -128, -128, -128, -128, -128);
     const __m256i q = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(r, hi), 0x08);
     _mm_storeu_si128(reinterpret_cast<__m128i *>(p), _mm256_castsi256_si128(q));
+  }
+  // StoreBF16's rounding without its NaN test: 6 operations instead of 10 (bfloat16 layer_norm is
+  // ALU-bound here; 1.2x). Exact for every v whose NaN lanes, if any, are quiet with the low 16
+  // bits zero (the rounding then carries nothing into the top half): NaNs widened from bfloat16
+  // and the sums of such values. Inf rounds to Inf.
+  static inline void StoreBF16RoundOnly(uint16_t *p, V v) {
+    const __m256i x = _mm256_castps_si256(v);
+    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+    StoreTopHalves(p, _mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), odd));
   }
 };
 

@@ -77,6 +77,15 @@ struct Simd<float> {
     const __m512i r = _mm512_mask_blend_epi32(nan, rounded, quiet);  // every lane <= 0xffff
     _mm256_storeu_si256(reinterpret_cast<__m256i *>(p), _mm512_cvtepi32_epi16(r));
   }
+  // StoreBF16's rounding without its NaN test (compare and blend); for which v it is exact, see
+  // vec_avx2.h.
+  static inline void StoreBF16RoundOnly(uint16_t *p, V v) {
+    const __m512i x = _mm512_castps_si512(v);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
+    const __m512i r = _mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), odd);
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(p),
+                        _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
+  }
 };
 
 template <>

@@ -55,6 +55,13 @@ struct Simd<float> {
     const uint32x4_t is_num = vceqq_f32(v, v);  // all ones except in NaN lanes
     vst1_u16(p, vmovn_u32(vbslq_u32(is_num, rounded, quiet)));
   }
+  // StoreBF16's rounding without its NaN test, narrowed by the shift; for which v it is exact, see
+  // vec_avx2.h.
+  static inline void StoreBF16RoundOnly(uint16_t *p, V v) {
+    const uint32x4_t x = vreinterpretq_u32_f32(v);
+    const uint32x4_t odd = vandq_u32(vshrq_n_u32(x, 16), vdupq_n_u32(1));
+    vst1_u16(p, vshrn_n_u32(vaddq_u32(vaddq_u32(x, vdupq_n_u32(0x7fff)), odd), 16));
+  }
 };
 
 template <>

@@ -40,6 +40,9 @@ struct Simd {
   static inline void StoreF16(uint16_t *p, V v) { *p = FloatToHalf(v); }
   static inline V LoadBF16(const uint16_t *p) { return BFloat16ToFloat(*p); }
   static inline void StoreBF16(uint16_t *p, V v) { *p = FloatToBFloat16(v); }
+  // StoreBF16 without its NaN test, where a vector ISA gains by that: exact for every v but a NaN
+  // whose low 16 bits are not all zero (see vec_avx2.h). One value: the same conversion.
+  static inline void StoreBF16RoundOnly(uint16_t *p, V v) { *p = FloatToBFloat16(v); }
 };
 
 }  // namespace FASTLN_NS
