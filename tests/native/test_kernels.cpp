@@ -443,6 +443,73 @@ void CheckAddNorm(const Isa &isa, const char *kname, Fn fn) {
   if (!narrow) RunAddNormCase<St>(isa, kname, op, fn, 768, kHardRows, 11, "hard rows");
 }
 
+// float32 f rounded to bfloat16 bits, to nearest even, NaN kept and made quiet: of the two
+// bfloat16 values around f, the nearer (compared in double, exactly), the even one on a tie;
+// above the largest finite one, Inf stands at 2^128, where an unbounded exponent would put it.
+uint16_t RoundToBF16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if (f != f) return uint16_t((u >> 16) | 0x40);
+  auto value = [](uint32_t b) {
+    if ((b & 0x7fff) == 0x7f80) return (b & 0x8000) ? -0x1p128 : 0x1p128;
+    return BF16::Dec(uint16_t(b));
+  };
+  const uint32_t lo = u >> 16, hi = lo + 1;  // hi: one step away from zero
+  if ((u & 0xffff) == 0) return uint16_t(lo);
+  const double dlo = fabs(double(f) - value(lo)), dhi = fabs(value(hi) - double(f));
+  return uint16_t(dlo < dhi || (dlo == dhi && (lo & 1) == 0) ? lo : hi);
+}
+
+// The rounding of y, bit for bit: layer norm with weight 0 makes y = bias, and RMS norm of a row
+// of ones with eps 0 makes y = weight, so y is the rounding of whatever float32 values those hold:
+// random bit patterns, ties, values that round up to Inf, subnormals. All finite (the vector ISAs
+// round without a NaN test then), or with a NaN whose low bits would carry without that test.
+template <Op op, class Fn>
+void CheckBF16Rounding(const Isa &isa, const char *kname, Fn fn) {
+  using Args = typename FirstArg<Fn>::type;
+  constexpr int64_t rows = 3, n = 1000;
+  Rng rng(77);
+  std::vector<float> v(n);
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u = uint32_t(rng.Next());
+    if (i % 4 == 1) u = (u & 0xffff0000u) | 0x8000u;              // a tie
+    if (i % 8 == 3) u = (u & 0x8000ffffu) | 0x7f7f0000u;          // near the largest bfloat16
+    if (i % 16 == 5) u &= 0x807fffffu;                            // subnormal
+    if ((u & 0x7f800000u) == 0x7f800000u || (u & 0x7fffffffu) == 0) u ^= 0x40000000u;  // finite, not 0
+    memcpy(&v[i], &u, 4);
+  }
+  for (int variant = 0; variant < 2; ++variant) {
+    if (variant == 1) {
+      const uint32_t nan = 0xffffffffu;
+      memcpy(&v[n / 2 + 1], &nan, 4);
+    }
+    std::vector<uint16_t> x(rows * n, BF16::Enc(op == kRms ? 1.0 : 0.5)), y(rows * n, 0);
+    for (int64_t i = 0; op == kLayer && i < rows * n; i += 3) x[i] = BF16::Enc(-2.0);
+    const std::vector<float> zero(n, 0.0f);
+    int status = 0;
+    Args a{};
+    a.x = x.data(), a.ldx = n, a.y = y.data(), a.ldy = n;
+    a.weight = op == kRms ? v.data() : zero.data(), a.bias = op == kRms ? nullptr : v.data();
+    a.cols = n, a.eps = 0.0, a.status = &status;
+    fn(a, 0, rows);
+    int64_t bad = 0, first = -1;
+    for (int64_t i = 0; i < rows * n; ++i) {
+      if (y[i] != RoundToBF16(v[i % n]) && bad++ == 0) first = i;
+    }
+    Expect(bad == 0 && status == 0,
+           "%s %s bfloat16 rounding (nan=%d): %lld of %lld values wrong, first at %lld: %04x for "
+           "%a (status %d)",
+           isa.name, kname, variant, (long long)bad, (long long)(rows * n), (long long)first,
+           first < 0 ? 0 : y[first], first < 0 ? 0.0 : double(v[first % n]), status);
+  }
+}
+
+template <Op op, class Fn>
+void CheckAddNormBF16(const Isa &isa, const char *kname, Fn fn) {
+  CheckAddNorm<BF16, op>(isa, kname, fn);
+  CheckBF16Rounding<op>(isa, kname, fn);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Backward passes: dx for each row, and when asked dweight = sum over rows of dy * xhat and
 // (LayerNorm) dbias = sum of dy, in P (the C API adds the blocks' sums in double). mean and rstd
@@ -562,11 +629,11 @@ FASTLN_KERNEL(rms_norm_backward_f64, CheckBackward<double, kRms>)
 FASTLN_KERNEL(add_layer_norm_f32, CheckAddNorm<Native<float>, kLayer>)
 FASTLN_KERNEL(add_layer_norm_f64, CheckAddNorm<Native<double>, kLayer>)
 FASTLN_KERNEL(add_layer_norm_f16, CheckAddNorm<F16, kLayer>)
-FASTLN_KERNEL(add_layer_norm_bf16, CheckAddNorm<BF16, kLayer>)
+FASTLN_KERNEL(add_layer_norm_bf16, CheckAddNormBF16<kLayer>)
 FASTLN_KERNEL(add_rms_norm_f32, CheckAddNorm<Native<float>, kRms>)
 FASTLN_KERNEL(add_rms_norm_f64, CheckAddNorm<Native<double>, kRms>)
 FASTLN_KERNEL(add_rms_norm_f16, CheckAddNorm<F16, kRms>)
-FASTLN_KERNEL(add_rms_norm_bf16, CheckAddNorm<BF16, kRms>)
+FASTLN_KERNEL(add_rms_norm_bf16, CheckAddNormBF16<kRms>)
 
 struct KernelCheck {
   const char *name;
