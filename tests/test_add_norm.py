@@ -632,6 +632,46 @@ def test_half_backward_within_one_ulp(isa, rng, op, name, cols, params):
 
 
 @pytest.mark.parametrize("name", HALF)
+@pytest.mark.parametrize("cols", [7, 33, 768])
+def test_half_backward_mean_near_and_far_from_zero(isa, rng, name, cols):
+    # dx skips the subtraction of mean for rows with |mean| <= 2 std and subtracts it for the
+    # others: rows on both sides of that line, and far out.
+    dt = _half(name)
+    x = rng.standard_normal((8, cols))
+    x = (x - x.mean(axis=1, keepdims=True)) / x.std(axis=1, keepdims=True)
+    x = (x + np.array([0.0, 1.9, -1.99, 2.01, -2.2, 30.0, -1e3, 1e4])[:, None]).astype(dt)
+    dy = _data(rng, (8, cols), dt)
+    w = _data(rng, cols, F32, c=1.0)
+    (dx, dw, db), stats = _backward("layer_norm", dy, x, w)
+    edx, edw, edb = _backward_of("layer_norm", dy, x, stats, w)
+    scale = np.max(np.abs(dy.astype(np.float64) * w), axis=1, keepdims=True) * stats[1][:, None]
+    err = np.abs(dx.astype(np.float64) - edx)
+    assert (err <= _ulp(edx, dt) + 1e-6 * scale).all()
+    _normwise_close(dw, edw, 1e-5)
+    _normwise_close(db, edb, 1e-5)
+    fdx = _backward_of("layer_norm", dy.astype(F32), x.astype(F32), stats, w)[0]
+    np.testing.assert_array_equal(_bits(dx), _bits(fdx.astype(dt)))
+
+
+@pytest.mark.parametrize("name", HALF)
+def test_half_backward_dx_may_overwrite_dy_or_x(isa, rng, name):
+    # The C API allows dx to be dy or x (same leading dimension); the kernels read each element
+    # before they write it.
+    from fastln import _core
+
+    dt = _half(name)
+    x, dy = _data(rng, (9, 37), dt), _data(rng, (9, 37), dt)
+    w = _data(rng, 37, F32, c=1.0)
+    (ex, ew, eb), (mean, rstd) = _backward("layer_norm", dy, x, w)
+    for target in ("dy", "x"):
+        a = {"dy": dy.copy(), "x": x.copy()}
+        dw, db = np.empty(37, F32), np.empty(37, F32)
+        _core.norm_backward_2d(a["dy"], a["x"], mean, rstd, w, a[target], dw, db)
+        np.testing.assert_array_equal(_bits(a[target]), _bits(ex))
+        assert dw.tobytes() == ew.tobytes() and db.tobytes() == eb.tobytes()
+
+
+@pytest.mark.parametrize("name", HALF)
 def test_half_backward_layouts(isa, rng, name):
     # Row-strided views go to the kernels as they are, other layouts as contiguous copies, other
     # axes and torch's keepdim statistics are reshaped, 16-bit weights widened: every call reaches
