@@ -2,8 +2,9 @@
 training loop calls (forward keeps what backward needs; backward returns dx and stores the
 parameter gradients).
 
-The argument conventions are layer_norm's: float32, float64, float16 or bfloat16, normalization over the axes
-[axis, x.ndim), parameters of shape x.shape[axis:], statistics of shape x.shape[:axis].
+The argument conventions are layer_norm's: float32, float64, float16 or bfloat16, normalization
+over the axes [axis, x.ndim), parameters of shape x.shape[axis:], statistics of shape
+x.shape[:axis].
 """
 
 from __future__ import annotations
@@ -49,8 +50,8 @@ def _rows_out(x2: np.ndarray, y: np.ndarray, rows: int, cols: int) -> Optional[n
 
 
 def _stat(s, name: str, shape: tuple, norm_ndim: int, dtype: np.dtype) -> np.ndarray:
-    """mean or rstd as a contiguous 1-D array of dtype (x's; float32 for 16-bit x). Takes the shape x.shape[:axis], or that
-    shape followed by ones (torch's keepdim statistics)."""
+    """mean or rstd as a contiguous 1-D array of dtype (x's; float32 for 16-bit x). Takes the shape
+    x.shape[:axis], or that shape followed by ones (torch's keepdim statistics)."""
     a = s if isinstance(s, np.ndarray) else np.asarray(s)
     if a.dtype.kind != "f" or a.dtype.itemsize > 8:
         raise TypeError(f"{name} has dtype {a.dtype}; expected float32 or float64")

@@ -78,8 +78,8 @@ int main(void) {
          FASTLN_ERR_NULL_POINTER, "bf16 backward NULL mean");
   expect(fastln_rms_norm_backward_f16_ld(x16, 8, x16, 8, r, NULL, dx16, 4, dw, 1, 8), FASTLN_ERR_BAD_SHAPE,
          "f16 rms backward lddx < cols");
-  expect(fastln_rms_norm_backward_bf16_ld(x16, 8, NULL, 8, r, NULL, dx16, 8, dw, 1, 8), FASTLN_ERR_NULL_POINTER,
-         "bf16 rms backward NULL x");
+  expect(fastln_rms_norm_backward_bf16_ld(x16, 8, NULL, 8, r, NULL, dx16, 8, dw, 1, 8),
+         FASTLN_ERR_NULL_POINTER, "bf16 rms backward NULL x");
 
   expect(fastln_set_isa("bogus"), FASTLN_ERR_UNKNOWN_ISA, "set_isa(bogus)");
   expect(fastln_set_isa("scalar"), FASTLN_OK, "set_isa(scalar)");
