@@ -1,20 +1,23 @@
 """Speed of fastln.layer_norm against the floor and its peers: ``python -m fastln.bench``.
 
 The floor is ``np.multiply(x, c, out=y)``: one streaming pass that reads x and writes y, which a
-layer norm cannot beat. Every implementation runs on the same arrays, interleaved round by round,
+layer norm cannot beat. For float16 and bfloat16 (ml_dtypes), whose NumPy arithmetic is scalar
+code far below memory speed, the floor is a copy, ``np.copyto(y, x)``: the same bytes. Every implementation runs on the same arrays, interleaved round by round,
 and keeps its best round, so that the ratios hold on a noisy, shared machine.
 
 Implementations (each skipped with a note when its package is missing):
 
   fastln        fastln.layer_norm
-  floor         np.multiply(x, 1.5[, out=y])
+  floor         np.multiply(x, 1.5[, out=y]); for 16-bit dtypes np.copyto(y, x) / x.copy()
   numpy         fastln._reference.layer_norm: the float64 NumPy reference (two passes)
   torch         torch.nn.functional.layer_norm on torch.from_numpy(x) (no copy)
   onnxruntime   an ONNX LayerNormalization (opset 17) model built with the onnx package
   fastln_1t     fastln on one thread, next to fastln on --threads N > 1: the column
                 "× 1 thread" is fastln's speedup from the threads
 
-All get weight and bias (gamma, beta) of shape (D,); eps = 1e-5. "out" mode hands fastln and the
+All get weight and bias (gamma, beta) of shape (D,) in x's dtype; eps = 1e-5. A peer without a
+kernel for a dtype (onnxruntime's CPU provider has no bfloat16 LayerNormalization) is left out of
+that dtype's rows, with a note. "out" mode hands fastln and the
 floor a preallocated output and binds one for onnxruntime (torch has no out= here, so it allocates
 in both modes); "alloc" mode lets every implementation allocate its result.
 """
@@ -69,7 +72,8 @@ def _onnx_session(d: int, dtype: np.dtype, threads: int):
     import onnxruntime as ort
     from onnx import TensorProto, helper
 
-    et = TensorProto.FLOAT if dtype == np.float32 else TensorProto.DOUBLE
+    et = {"float32": TensorProto.FLOAT, "float64": TensorProto.DOUBLE,
+          "float16": TensorProto.FLOAT16, "bfloat16": TensorProto.BFLOAT16}[np.dtype(dtype).name]
     node = helper.make_node("LayerNormalization", ["X", "W", "B"], ["Y"], axis=-1, epsilon=EPS)
     graph = helper.make_graph(
         [node],
@@ -90,9 +94,40 @@ def _onnx_session(d: int, dtype: np.dtype, threads: int):
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
+DTYPES = ("float32", "float64", "float16", "bfloat16")
+
+
+def parse_dtype(name: str) -> np.dtype:
+    """One of DTYPES; bfloat16 is ml_dtypes' (ImportError without it)."""
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    if name not in DTYPES:
+        raise ValueError(f"unknown dtype {name!r}; known: {', '.join(DTYPES)}")
+    return np.dtype(name)
+
+
+def _is_16bit(dtype: np.dtype) -> bool:
+    return np.dtype(dtype).itemsize == 2
+
+
+class Unsupported(Exception):
+    """A peer that has no kernel for this dtype."""
+
+
+def _torch_tensor(a: np.ndarray):
+    import torch
+
+    if np.dtype(a.dtype).name == "bfloat16":  # torch.from_numpy knows no ml_dtypes: share the bits
+        return torch.from_numpy(a.view(np.uint16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
+
+
 def make_impl(name: str, x: np.ndarray, w: np.ndarray, b: np.ndarray, out: bool,
               threads: int) -> Callable[[], object]:
-    """A no-argument callable that runs implementation `name` once on x (raises ImportError)."""
+    """A no-argument callable that runs implementation `name` once on x (raises ImportError, or
+    Unsupported when the peer has no kernel for x's dtype)."""
     y = np.empty_like(x)
     if name == "fastln":
         ln = fastln.layer_norm
@@ -113,6 +148,9 @@ def make_impl(name: str, x: np.ndarray, w: np.ndarray, b: np.ndarray, out: bool,
 
         return one_thread
     if name == "floor":
+        if _is_16bit(x.dtype):
+            copyto = np.copyto
+            return (lambda: copyto(y, x)) if out else x.copy
         mul = np.multiply
         if out:
             return lambda: mul(x, 1.5, out=y)
@@ -125,7 +163,7 @@ def make_impl(name: str, x: np.ndarray, w: np.ndarray, b: np.ndarray, out: bool,
 
         torch.set_num_threads(threads)
         f = torch.nn.functional.layer_norm
-        xt, wt, bt = torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b)
+        xt, wt, bt = _torch_tensor(x), _torch_tensor(w), _torch_tensor(b)
         shape = (x.shape[-1],)
 
         def run_torch():
@@ -136,7 +174,12 @@ def make_impl(name: str, x: np.ndarray, w: np.ndarray, b: np.ndarray, out: bool,
     if name == "onnxruntime":
         import onnxruntime as ort
 
-        sess = _onnx_session(x.shape[-1], x.dtype, threads)
+        try:
+            sess = _onnx_session(x.shape[-1], x.dtype, threads)
+            sess.run(None, {"X": x[:1], "W": w, "B": b})
+        except Exception as e:  # noqa: BLE001 (no kernel: NOT_IMPLEMENTED, or a type it cannot map)
+            raise Unsupported(f"onnxruntime has no {x.dtype.name} LayerNormalization here "
+                              f"({type(e).__name__})") from None
         if not out:
             feeds = {"X": x, "W": w, "B": b}
             return lambda: sess.run(None, feeds)
@@ -222,10 +265,19 @@ def run(shapes, dtypes, modes, threads: int, names, rounds: int, round_time: flo
     fastln.set_num_threads(threads)
     results = []
     for dt in dtypes:
+        skip = set()
         for n, d in shapes:
             x, w, b = inputs(n, d, dt)
             for mode in modes:
-                fns = {k: make_impl(k, x, w, b, mode == "out", threads) for k in names}
+                fns = {}
+                for k in names:
+                    if k in skip:
+                        continue
+                    try:
+                        fns[k] = make_impl(k, x, w, b, mode == "out", threads)
+                    except Unsupported as e:
+                        skip.add(k)
+                        log(f"note: {e}")
                 t = time_interleaved(fns, rounds, round_time)
                 row = {"n": n, "d": d, "dtype": np.dtype(dt).name, "mode": mode,
                        "threads": threads, "us": {k: v * 1e6 for k, v in t.items()}}
@@ -238,7 +290,7 @@ def run(shapes, dtypes, modes, threads: int, names, rounds: int, round_time: flo
 
 
 def _bytes(row) -> int:
-    return 2 * row["n"] * row["d"] * np.dtype(row["dtype"]).itemsize
+    return 2 * row["n"] * row["d"] * parse_dtype(row["dtype"]).itemsize
 
 
 HEADER = ("| dtype | mode | N×D | fastln µs | GB/s | / floor | floor µs | "
@@ -341,7 +393,7 @@ def plot(results: List[dict], path: str) -> None:
     axes.flat[0].legend(fontsize=6)
     how = "out= given" if mode == "out" else "allocating"
     fig.suptitle(f"layer norm throughput, {how}, {results[0]['threads']} thread(s); "
-                 f"floor = np.multiply(x, c, out=y); {machine()}", fontsize=8)
+                 f"floor = np.multiply(x, c, out=y), a copy for 16-bit; {machine()}", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=70)
     print(f"wrote {path}")
@@ -353,7 +405,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--full", action="store_true",
                    help="the whole N×D grid of the bench/ suite (inputs up to 512 MiB); slow")
     p.add_argument("--threads", type=int, default=1, help="threads for fastln, torch, onnxruntime")
-    p.add_argument("--dtype", default="float32", help="float32, float64 or float32,float64")
+    p.add_argument("--dtype", default="float32",
+                   help="float32, float64, float16, bfloat16 (ml_dtypes), or several: float32,float16")
     p.add_argument("--mode", default="out,alloc", help="out, alloc or out,alloc")
     p.add_argument("--impl", default=",".join(IMPLS), help="implementations to run")
     p.add_argument("--shapes", default=None, help="e.g. 1x768,2048x768 (overrides the grid)")
@@ -366,7 +419,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if a.threads < 1:
         p.error("--threads must be >= 1")
 
-    dtypes = [np.dtype(s) for s in a.dtype.split(",")]
+    try:
+        dtypes = [parse_dtype(s) for s in a.dtype.split(",")]
+    except (ValueError, ImportError) as e:
+        p.error(f"--dtype: {e}")
     modes = a.mode.split(",")
     if not set(modes) <= {"out", "alloc"}:
         p.error("--mode takes out, alloc or both")
@@ -402,7 +458,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for note in notes:
         print(f"note: {note}")
     print("µs: best round, per call. GB/s: bytes of x and y over fastln's time. / floor: fastln time "
-          "over np.multiply(x, c[, out=y]) time. × peer: peer time over fastln time.")
+          "over np.multiply(x, c[, out=y]) time (a copy for 16-bit dtypes). × peer: peer time over "
+          "fastln time.")
     if a.threads > 1:
         print(HEADER + " × 1 thread |")
         print(RULE + " ---: |")

@@ -80,6 +80,26 @@ inline bool ExactScale(const typename St::E *x, typename St::E *y, int64_t n, do
   return true;
 }
 
+// Rows longer than L1 holds come from L2 in every pass, in up to five streams at once (the
+// statistics of one row, and x, weight, bias and y of another's normalize pass): more than the L1
+// prefetchers follow. So the passes ask for the lines they will read kPrefetchBytes ahead of each
+// stream. Measured with a C++ loop over the kernel, float32, weight and bias, 1 thread:
+// 8x16384 31.0 -> 24.2 us, 16x8192 30.8 -> 24.0, 64x4096 68.4 -> 57.8, 1x16384 4.0 -> 3.4; float64
+// 8x16384 74.6 -> 64.1 us, 16x8192 69.1 -> 59.0. 128x768, 2048x64 and the memory-bound 2048x1024
+// and 512x4096 unchanged within noise; 2048 and 4096 bytes ahead did no better. Prefetching past
+// the end of a row is harmless: a prefetch never faults.
+constexpr int64_t kPrefetchBytes = 1024;
+
+// The lines of the n values from p + kPrefetchBytes.
+template <class P>
+inline void PrefetchAhead(const P *p, int64_t n) {
+  // Integer arithmetic: the address may lie past the end of the array.
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p) + uintptr_t(kPrefetchBytes);
+  for (int64_t o = 0; o < n * int64_t(sizeof(P)); o += 64) {
+    __builtin_prefetch(reinterpret_cast<const void *>(a + uintptr_t(o)));
+  }
+}
+
 // Mean and sum of squared deviations of a set of n values, both in double.
 struct Moments {
   double n;
@@ -152,6 +172,7 @@ struct RowOf {
   const typename St::E *x;
   V Load(int64_t i) const { return St::Load(x + i); }
   T At(int64_t i) const { return St::ToT(x[i]); }
+  void Prefetch(int64_t i, int64_t n) const { PrefetchAhead(x + i, n); }
 };
 
 template <class St>
@@ -162,6 +183,10 @@ struct SumOf {
   using V = typename S::V;
   const E *x, *r;
   E *h;
+  void Prefetch(int64_t i, int64_t n) const {
+    PrefetchAhead(x + i, n);
+    PrefetchAhead(r + i, n);
+  }
   V Load(int64_t i) const {
     const V v = S::Add(St::Load(x + i), St::Load(r + i));
     St::Store(h + i, v);

@@ -34,3 +34,37 @@ def test_threads_report_speedup_over_one_thread(capsys):
 def test_bad_arguments(bad):
     with pytest.raises(SystemExit):
         bench.main(bad)
+
+
+@pytest.mark.parametrize("name", ["float16", "bfloat16"])
+def test_16bit_rows_with_a_copy_floor(name, capsys):
+    if name == "bfloat16":
+        pytest.importorskip("ml_dtypes")
+    assert bench.main(["--dtype", name, "--shapes", "4x64", "--impl", "fastln,floor,numpy",
+                       "--rounds", "1", "--mode", "out,alloc"]) == 0
+    text = capsys.readouterr().out
+    assert f"| {name} | out | 4×64 |" in text and f"| {name} | alloc | 4×64 |" in text
+    assert f"{name} out: time/floor geomean" in text
+
+
+def test_16bit_floor_is_a_copy():
+    x, w, b = bench.inputs(3, 40, bench.parse_dtype("float16"))
+    assert bench.make_impl("floor", x, w, b, False, 1)().tobytes() == x.tobytes()
+
+
+def test_peer_without_a_kernel_is_left_out(monkeypatch, capsys):
+    def unsupported(*args):
+        raise bench.Unsupported("no kernel")
+
+    real = bench.make_impl
+    monkeypatch.setattr(bench, "make_impl",
+                        lambda name, *a: unsupported() if name == "numpy" else real(name, *a))
+    rows = bench.run([(4, 64), (2, 32)], [bench.parse_dtype("float16")], ["out"], 1,
+                     ["fastln", "floor", "numpy"], 1, 0.001)
+    assert capsys.readouterr().out.count("note: no kernel") == 1
+    assert all(set(r["us"]) == {"fastln", "floor"} for r in rows)
+
+
+def test_unknown_dtype_is_an_argument_error():
+    with pytest.raises(SystemExit):
+        bench.main(["--dtype", "int8"])

@@ -57,6 +57,7 @@ inline Moments RowMoments(const Src &src, int64_t n, typename Src::T pivot, cons
       q[a] = S::Zero();
     }
     for (int64_t j = 0; j < len; ++j, pos += kBlock) {
+      src.Prefetch(pos, kBlock);
       const V r = S::Set(Rcp<T>(j));
       for (int a = 0; a < kAcc; ++a) {
         const V d = kShift ? S::Sub(src.Load(pos + a * N), vk) : src.Load(pos + a * N);
@@ -250,6 +251,9 @@ struct Normalizer {
   // kBlockOf<T> values from i (+ head).
   void Block(int64_t i) const {
     i += head;
+    PrefetchAhead(x + i, kBlockOf<T>);
+    if (kW) PrefetchAhead(w + i, kBlockOf<T>);
+    if (kB) PrefetchAhead(b + i, kBlockOf<T>);
     if (kStream && i + kBlockOf<T> > n) return;
     for (int a = 0; a < kAcc; ++a) One(i + a * N);
     done = i + kBlockOf<T>;
