@@ -38,14 +38,6 @@ OPS = ("layer_norm_backward", "rms_norm_backward", "rms_norm")
 DTYPES = ("float32", "float16", "bfloat16")
 
 
-def _dtype(name: str) -> np.dtype:
-    if name == "bfloat16":
-        import ml_dtypes  # optional: only to make bfloat16 arrays
-
-        return np.dtype(ml_dtypes.bfloat16)
-    return np.dtype(name)
-
-
 def _best(fns: Sequence[Optional[Callable[[], object]]], rounds: int,
           round_time: float = 2e-3) -> List[Optional[float]]:
     """Seconds per call of each fn, its best round. A round repeats a fn enough times to last about
@@ -116,7 +108,7 @@ def training_rows(shapes: Sequence[Tuple[int, int]] = SHAPES, rounds: int = 15,
     torch (None without torch) and the floor, and the ratios speedup = torch / fastln,
     fastln / floor, torch / floor. Runs fastln and torch on one thread; afterwards fastln follows
     OpenMP again (set_num_threads(0))."""
-    dt = _dtype(dtype)
+    dt = _bench.parse_dtype(dtype)
     try:
         import torch
     except ImportError:
