@@ -41,6 +41,7 @@ inline Moments RowMoments(const Src &src, int64_t n, typename Src::T pivot, cons
   constexpr int64_t kBlock = kBlockOf<T>;
 
   const int64_t nblocks = n / kBlock;
+  const bool prefetch = n * int64_t(sizeof(*src.x)) >= kPrefetchRowBytes;
   const V vk = S::Set(pivot);
   V M[kAcc], Q[kAcc];  // per-lane mean and M2 over the chunks done so far
   for (int a = 0; a < kAcc; ++a) {
@@ -57,7 +58,7 @@ inline Moments RowMoments(const Src &src, int64_t n, typename Src::T pivot, cons
       q[a] = S::Zero();
     }
     for (int64_t j = 0; j < len; ++j, pos += kBlock) {
-      src.Prefetch(pos, kBlock);
+      if (prefetch) src.Prefetch(pos, kBlock);
       const V r = S::Set(Rcp<T>(j));
       for (int a = 0; a < kAcc; ++a) {
         const V d = kShift ? S::Sub(src.Load(pos + a * N), vk) : src.Load(pos + a * N);
@@ -191,12 +192,14 @@ struct Normalizer {
   const T *w, *b;
   T hi, c, rstd;
   V vhi, vr, vc;
+  bool prefetch;         // long rows: see kPrefetchRowBytes
   int64_t head;          // values before the first line boundary of y (kStream), else 0
   mutable int64_t done;  // y[0, done) written
 
   Normalizer(const E *x_, E *y_, int64_t n_, const T *w_, const T *b_, T hi_, T c_, T rstd_)
       : x(x_), y(y_), n(n_), w(w_), b(b_), hi(hi_), c(c_), rstd(rstd_),
-        vhi(S::Set(hi_)), vr(S::Set(rstd_)), vc(S::Set(c_)), head(0), done(0) {
+        vhi(S::Set(hi_)), vr(S::Set(rstd_)), vc(S::Set(c_)),
+        prefetch(n_ * int64_t(sizeof(E)) >= kPrefetchRowBytes), head(0), done(0) {
     if (kStream) {
       const int64_t mis = int64_t(reinterpret_cast<uintptr_t>(y) % 64) / int64_t(sizeof(E));
       head = Min(n, mis ? kLine - mis : 0);
@@ -251,9 +254,11 @@ struct Normalizer {
   // kBlockOf<T> values from i (+ head).
   void Block(int64_t i) const {
     i += head;
-    PrefetchAhead(x + i, kBlockOf<T>);
-    if (kW) PrefetchAhead(w + i, kBlockOf<T>);
-    if (kB) PrefetchAhead(b + i, kBlockOf<T>);
+    if (prefetch) {
+      PrefetchAhead(x + i, kBlockOf<T>);
+      if (kW) PrefetchAhead(w + i, kBlockOf<T>);
+      if (kB) PrefetchAhead(b + i, kBlockOf<T>);
+    }
     if (kStream && i + kBlockOf<T> > n) return;
     for (int a = 0; a < kAcc; ++a) One(i + a * N);
     done = i + kBlockOf<T>;
