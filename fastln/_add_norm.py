@@ -43,9 +43,9 @@ def as_input(x, what: str) -> np.ndarray:
     return x
 
 
-def _param(p, name: str, shape: tuple, dtype: np.dtype):
-    # 16-bit parameters (the input's dtype) are widened to float32 here: _args.param accepts real
-    # NumPy dtypes only, and bfloat16 is not one.
+def as_param(p, name: str, shape: tuple, dtype: np.dtype):
+    """_args.param that also takes 16-bit parameters (the input's dtype): they are widened to
+    float32 first, as _args.param accepts real NumPy dtypes only and bfloat16 is not one."""
     if isinstance(p, np.ndarray) and storage_format(p.dtype) is not None and p.dtype.itemsize == 2:
         p = p.astype(F32)
     return param(p, name, shape, dtype)
@@ -92,8 +92,8 @@ def norm(rms, x, weight, bias, eps, axis, out, return_stats, residual, residual_
     shape = x.shape
     e = check_eps(eps)
     pdt = x.dtype if fmt == _core.NATIVE else F32  # parameters and statistics
-    w = _param(weight, "weight", norm_shape, pdt)
-    b = _param(bias, "bias", norm_shape, pdt)
+    w = as_param(weight, "weight", norm_shape, pdt)
+    b = as_param(bias, "bias", norm_shape, pdt)
 
     if residual is None:
         if residual_out is not None:
@@ -159,15 +159,3 @@ def norm(rms, x, weight, bias, eps, axis, out, return_stats, residual, residual_
 def _input_rows(a: np.ndarray, rows: int, cols: int) -> np.ndarray:
     v = rows_view(a, rows, cols)
     return np.ascontiguousarray(a).reshape(rows, cols) if v is None else v
-
-
-def backward(backward_fn, dy, x, mean, rstd, weight, axis, center: bool):
-    """The backward passes for 16-bit dy and x: run in float32 on widened copies, dx rounded back
-    to x's dtype, dweight and dbias float32. (Not a kernel path yet: the widening costs a pass.)"""
-    dy, x = as_input(dy, "dy"), as_input(x, "x")
-    if dy.dtype != x.dtype:
-        raise TypeError(f"dy has dtype {dy.dtype} but x has dtype {x.dtype}")
-    if isinstance(weight, np.ndarray) and weight.dtype.itemsize == 2:
-        weight = weight.astype(F32)
-    dx, dw, db = backward_fn(dy.astype(F32), x.astype(F32), mean, rstd, weight, axis, center)
-    return dx.astype(x.dtype), dw, db

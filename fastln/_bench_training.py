@@ -10,6 +10,10 @@ x and writes y, like ``np.multiply(x, c, out=y)``. The peers:
                         time includes torch's forward: its CPU build has no separate backward op)
   rms_norm              torch.nn.functional.rms_norm
 
+--dtype float16 or bfloat16 (ml_dtypes) runs the same with 16-bit x, dy and outputs: fastln's
+weight, bias and statistics float32, torch's all of x's dtype (its own layer norm statistics), and
+a floor of float32 arrays with the same bytes (NumPy adds 16-bit floats one at a time).
+
 fastln.bench can add these rows to its report with training_rows().
 """
 
@@ -31,6 +35,7 @@ SHAPES: Tuple[Tuple[int, int], ...] = ((8192, 128), (4096, 768), (1024, 4096), (
 # and torch both run near the floor, and the ratio between them says little about either.
 QUICK_SHAPES: Tuple[Tuple[int, int], ...] = tuple(_bench.QUICK_SHAPES)
 OPS = ("layer_norm_backward", "rms_norm_backward", "rms_norm")
+DTYPES = ("float32", "float16", "bfloat16")
 
 
 def _best(fns: Sequence[Optional[Callable[[], object]]], rounds: int,
@@ -60,12 +65,15 @@ def _best(fns: Sequence[Optional[Callable[[], object]]], rounds: int,
 def _cases(op: str, x, dy, w, b, torch):
     """(fastln, torch or None, floor) callables for op on these arrays."""
     n = x.shape[-1]
-    out = np.empty_like(x)
+    half = x.dtype.itemsize == 2
+    # The floor's arrays: float32 of the same bytes for 16-bit x.
+    fx, fdy = (a.reshape(-1).astype(np.float32)[: a.size // 2] if half else a for a in (x, dy))
+    out = np.empty_like(fx)
     if op == "rms_norm":
         fl = lambda: fastln.rms_norm(x, w, 1e-6)  # noqa: E731
-        floor = lambda: np.multiply(x, 1.5, out=out)  # noqa: E731
+        floor = lambda: np.multiply(fx, 1.5, out=out)  # noqa: E731
     else:
-        floor = lambda: np.add(x, dy, out=out)  # noqa: E731
+        floor = lambda: np.add(fx, fdy, out=out)  # noqa: E731
         if op == "layer_norm_backward":
             _, m, r = fastln.layer_norm(x, w, b, return_stats=True)
             fl = lambda: fastln.layer_norm_backward(dy, x, m, r, w)  # noqa: E731
@@ -74,11 +82,15 @@ def _cases(op: str, x, dy, w, b, torch):
             fl = lambda: fastln.rms_norm_backward(dy, x, r, w)  # noqa: E731
     if torch is None:
         return fl, None, floor
-    xt, dyt, wt, bt = (torch.from_numpy(a) for a in (x, dy, w, b))
+    tdt = getattr(torch, x.dtype.name)
+    xt, dyt, wt, bt = (torch.from_numpy(a.astype(np.float32)).to(tdt) for a in (x, dy, w, b))
     if op == "rms_norm":
         return fl, lambda: torch.nn.functional.rms_norm(xt, (n,), wt, 1e-6), floor
     if op == "layer_norm_backward":
-        mt, rt = (torch.from_numpy(a).reshape(-1, 1) for a in (m, r))
+        if half:
+            _, mt, rt = torch.ops.aten.native_layer_norm(xt, [n], wt, bt, 1e-5)
+        else:
+            mt, rt = (torch.from_numpy(a).reshape(-1, 1) for a in (m, r))
         return fl, lambda: torch.ops.aten.native_layer_norm_backward(
             dyt, xt, [n], mt, rt, wt, bt, [True, True, True]), floor
     xg, wg = xt.clone().requires_grad_(), wt.clone().requires_grad_()
@@ -91,10 +103,12 @@ def _cases(op: str, x, dy, w, b, torch):
 
 
 def training_rows(shapes: Sequence[Tuple[int, int]] = SHAPES, rounds: int = 15,
-                  ops: Sequence[str] = OPS) -> List[Dict]:
-    """One dict per op and shape (float32): times in ms of fastln, torch (None without torch) and
-    the floor, and the ratios speedup = torch / fastln, fastln / floor, torch / floor. Runs
-    fastln and torch on one thread; afterwards fastln follows OpenMP again (set_num_threads(0))."""
+                  ops: Sequence[str] = OPS, dtype: str = "float32") -> List[Dict]:
+    """One dict per op and shape (x and dy of dtype, a name in DTYPES): times in ms of fastln,
+    torch (None without torch) and the floor, and the ratios speedup = torch / fastln,
+    fastln / floor, torch / floor. Runs fastln and torch on one thread; afterwards fastln follows
+    OpenMP again (set_num_threads(0))."""
+    dt = _bench.parse_dtype(dtype)
     try:
         import torch
     except ImportError:
@@ -107,7 +121,7 @@ def training_rows(shapes: Sequence[Tuple[int, int]] = SHAPES, rounds: int = 15,
     try:
         rng = np.random.default_rng(0)
         for shape in shapes:
-            x, dy = (rng.standard_normal(shape, dtype=np.float32) for _ in range(2))
+            x, dy = (rng.standard_normal(shape, dtype=np.float32).astype(dt) for _ in range(2))
             w, b = (rng.standard_normal(shape[-1], dtype=np.float32) for _ in range(2))
             for op in ops:
                 t_fl, t_torch, t_floor = _best(_cases(op, x, dy, w, b, torch), rounds)
@@ -158,14 +172,16 @@ def main(argv=None) -> int:
     ap.add_argument("--grid", action="store_true",
                     help="the N×D grid of python -m fastln.bench (inputs up to 64 MiB)")
     ap.add_argument("--rounds", type=int, default=None)
+    ap.add_argument("--dtype", choices=DTYPES, default="float32",
+                    help="of x, dy and the outputs (bfloat16 needs ml_dtypes)")
     args = ap.parse_args(argv)
     shapes = QUICK_SHAPES if args.quick else SHAPES
     if args.grid:
         shapes = tuple(_bench.grid(64 << 20))
     rounds = args.rounds or (3 if args.quick else 15)
-    print(f"fastln {fastln.__version__}, isa {fastln.get_isa()}, 1 thread, float32, "
+    print(f"fastln {fastln.__version__}, isa {fastln.get_isa()}, 1 thread, {args.dtype}, "
           f"best of {rounds} interleaved rounds")
-    print(markdown(training_rows(shapes, rounds)))
+    print(markdown(training_rows(shapes, rounds, dtype=args.dtype)))
     return 0
 
 

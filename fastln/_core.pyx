@@ -46,6 +46,24 @@ cdef extern from "fastln/fastln.h" nogil:
                                         int64_t ldx, const double *rstd, const double *weight,
                                         double *dx, int64_t lddx, double *dweight, int64_t rows,
                                         int64_t cols)
+    int fastln_layer_norm_backward_f16_ld(const uint16_t *dy, int64_t lddy, const uint16_t *x,
+                                          int64_t ldx, const float *mean, const float *rstd,
+                                          const float *weight, uint16_t *dx, int64_t lddx,
+                                          float *dweight, float *dbias, int64_t rows,
+                                          int64_t cols)
+    int fastln_layer_norm_backward_bf16_ld(const uint16_t *dy, int64_t lddy, const uint16_t *x,
+                                           int64_t ldx, const float *mean, const float *rstd,
+                                           const float *weight, uint16_t *dx, int64_t lddx,
+                                           float *dweight, float *dbias, int64_t rows,
+                                           int64_t cols)
+    int fastln_rms_norm_backward_f16_ld(const uint16_t *dy, int64_t lddy, const uint16_t *x,
+                                        int64_t ldx, const float *rstd, const float *weight,
+                                        uint16_t *dx, int64_t lddx, float *dweight, int64_t rows,
+                                        int64_t cols)
+    int fastln_rms_norm_backward_bf16_ld(const uint16_t *dy, int64_t lddy, const uint16_t *x,
+                                         int64_t ldx, const float *rstd, const float *weight,
+                                         uint16_t *dx, int64_t lddx, float *dweight,
+                                         int64_t rows, int64_t cols)
     int fastln_add_layer_norm_f32(const float *x, int64_t ldx, const float *residual, int64_t ldr,
                                   float *h, int64_t ldh, float *y, int64_t ldy,
                                   const float *weight, const float *bias, float *mean,
@@ -329,10 +347,40 @@ cdef inline bint _stat_ok(object s, int t, cnp.ndarray x):
     return True
 
 
-cdef int _backward(int t, const void *dy, int64_t lddy, const void *x, int64_t ldx,
+# Storage formats of the 16-bit kernels' arguments (add_norm_2d, norm_backward_2d): the dtype's own for float32/float64; 16-bit bits otherwise.
+cdef enum:
+    _NATIVE = 0
+    _FLOAT16 = 1
+    _BFLOAT16 = 2
+
+NATIVE = _NATIVE
+FLOAT16 = _FLOAT16
+BFLOAT16 = _BFLOAT16
+
+
+cdef int _backward(int fmt, int t, const void *dy, int64_t lddy, const void *x, int64_t ldx,
                    const void *mean, const void *rstd, const void *w, void *dx, int64_t lddx,
                    void *dw, void *db, int64_t rows, int64_t cols) noexcept nogil:
-    """The backward entry point for typenum t: layer norm, or RMS norm when mean is NULL."""
+    """The backward entry point for storage format fmt (typenum t for NATIVE): layer norm, or RMS
+    norm when mean is NULL."""
+    if fmt == _FLOAT16:
+        if mean != NULL:
+            return fastln_layer_norm_backward_f16_ld(
+                <const uint16_t *>dy, lddy, <const uint16_t *>x, ldx, <const float *>mean,
+                <const float *>rstd, <const float *>w, <uint16_t *>dx, lddx, <float *>dw,
+                <float *>db, rows, cols)
+        return fastln_rms_norm_backward_f16_ld(
+            <const uint16_t *>dy, lddy, <const uint16_t *>x, ldx, <const float *>rstd,
+            <const float *>w, <uint16_t *>dx, lddx, <float *>dw, rows, cols)
+    if fmt == _BFLOAT16:
+        if mean != NULL:
+            return fastln_layer_norm_backward_bf16_ld(
+                <const uint16_t *>dy, lddy, <const uint16_t *>x, ldx, <const float *>mean,
+                <const float *>rstd, <const float *>w, <uint16_t *>dx, lddx, <float *>dw,
+                <float *>db, rows, cols)
+        return fastln_rms_norm_backward_bf16_ld(
+            <const uint16_t *>dy, lddy, <const uint16_t *>x, ldx, <const float *>rstd,
+            <const float *>w, <uint16_t *>dx, lddx, <float *>dw, rows, cols)
     if t == cnp.NPY_FLOAT32:
         if mean != NULL:
             return fastln_layer_norm_backward_f32_ld(
@@ -352,16 +400,33 @@ cdef int _backward(int t, const void *dy, int64_t lddy, const void *x, int64_t l
         <const double *>w, <double *>dx, lddx, <double *>dw, rows, cols)
 
 
+cdef inline int _format_of(cnp.ndarray a, int *p):
+    """The storage format of a's dtype, with the typenum of its parameters and statistics in p;
+    -1 if the kernels do not take it. bfloat16 (a dtype ml_dtypes registers) is known by name."""
+    cdef int t = cnp.PyArray_TYPE(a)
+    if t == cnp.NPY_FLOAT32 or t == cnp.NPY_FLOAT64:
+        p[0] = t
+        return _NATIVE
+    p[0] = cnp.NPY_FLOAT32
+    if t == cnp.NPY_FLOAT16:
+        return _FLOAT16
+    if cnp.PyArray_ITEMSIZE(a) == 2 and a.dtype.name == "bfloat16":
+        return _BFLOAT16
+    return -1
+
+
 def norm_backward_fast(dy, x, mean, rstd, weight, axis, bint center):
     """fastln.layer_norm_backward (center) or rms_norm_backward for their common call, done here in
     C; None for any other call.
 
-    Takes: dy and x exact ndarrays of one shape, float32 or float64, native order, aligned,
-    C-contiguous, ndim >= 1, D = x.shape[-1] > 0, at least one row; axis == -1; mean (center) and
-    rstd such arrays of shape x.shape[:-1] or x.shape[:-1] + (1,); weight None or such a 1-D array
-    of length D. Anything else returns None, and the general path runs, with its checks and errors:
+    Takes: dy and x exact ndarrays of one shape and dtype (float32, float64, float16 or bfloat16),
+    native order, aligned, C-contiguous, ndim >= 1, D = x.shape[-1] > 0, at least one row;
+    axis == -1; mean (center) and rstd such arrays of shape x.shape[:-1] or x.shape[:-1] + (1,);
+    weight None or such a 1-D array of length D; mean, rstd and weight of x's dtype, float32 for
+    16-bit x. Anything else returns None, and the general path runs, with its checks and errors:
     at D = 768 its Python checks cost several times the kernel.
     Returns (dx, dweight, dbias), dweight and dbias None without weight; dbias None unless center.
+    dx has x's dtype; dweight and dbias that of the parameters.
     """
     if not cnp.PyArray_CheckExact(x) or not cnp.PyArray_CheckExact(dy):
         return None
@@ -370,8 +435,9 @@ def norm_backward_fast(dy, x, mean, rstd, weight, axis, bint center):
     cdef cnp.ndarray xa = <cnp.ndarray>x
     cdef cnp.ndarray da = <cnp.ndarray>dy
     cdef int t = cnp.PyArray_TYPE(xa)
-    cdef int nd = cnp.PyArray_NDIM(xa), i
-    if (t != cnp.NPY_FLOAT32 and t != cnp.NPY_FLOAT64) or nd < 1 or not _plain(xa, t):
+    cdef int nd = cnp.PyArray_NDIM(xa), i, p
+    cdef int fmt = _format_of(xa, &p)
+    if fmt < 0 or nd < 1 or not _plain(xa, t):
         return None
     if not _plain(da, t) or cnp.PyArray_NDIM(da) != nd:
         return None
@@ -379,10 +445,10 @@ def norm_backward_fast(dy, x, mean, rstd, weight, axis, bint center):
         if cnp.PyArray_DIMS(da)[i] != cnp.PyArray_DIMS(xa)[i]:
             return None
     cdef cnp.npy_intp d = cnp.PyArray_DIMS(xa)[nd - 1]
-    if d <= 0 or not _param_ok(weight, t, d):
+    if d <= 0 or not _param_ok(weight, p, d):
         return None
     cdef int64_t rows = cnp.PyArray_SIZE(xa) // d
-    if rows == 0 or not _stat_ok(rstd, t, xa) or (center and not _stat_ok(mean, t, xa)):
+    if rows == 0 or not _stat_ok(rstd, p, xa) or (center and not _stat_ok(mean, p, xa)):
         return None
     cdef int flags = 0
     cdef cnp.ndarray dx = _output(nd, cnp.PyArray_DIMS(xa), t, cnp.PyArray_ITEMSIZE(xa), &flags)
@@ -392,10 +458,10 @@ def norm_backward_fast(dy, x, mean, rstd, weight, axis, bint center):
     cdef void *pdb = NULL
     if weight is not None:
         pw = cnp.PyArray_DATA(<cnp.ndarray>weight)
-        dw = cnp.PyArray_EMPTY(1, &d, t, 0)
+        dw = cnp.PyArray_EMPTY(1, &d, p, 0)
         pdw = cnp.PyArray_DATA(dw)
         if center:
-            db = cnp.PyArray_EMPTY(1, &d, t, 0)
+            db = cnp.PyArray_EMPTY(1, &d, p, 0)
             pdb = cnp.PyArray_DATA(db)
     cdef void *pdy = cnp.PyArray_DATA(da)
     cdef void *px = cnp.PyArray_DATA(xa)
@@ -404,7 +470,7 @@ def norm_backward_fast(dy, x, mean, rstd, weight, axis, bint center):
     cdef void *pr = cnp.PyArray_DATA(<cnp.ndarray>rstd)
     cdef int status
     with nogil:
-        status = _backward(t, pdy, d, px, d, pm, pr, pw, pdx, d, pdw, pdb, rows, d)
+        status = _backward(fmt, t, pdy, d, px, d, pm, pr, pw, pdx, d, pdw, pdb, rows, d)
     _check(status)
     return dx, dw, db
 
@@ -452,20 +518,25 @@ def rms_norm_2d(cnp.ndarray x, cnp.ndarray y, weight, rstd, double eps):
 def norm_backward_2d(cnp.ndarray dy, cnp.ndarray x, mean, rstd, weight, cnp.ndarray dx,
                      dweight, dbias):
     """dx (and dweight, dbias when not None) of layer norm, or of RMS norm when mean is None.
-    dy, x, dx: 2-D, same dtype, unit inner stride; the rest contiguous 1-D or None."""
-    cdef int t = cnp.PyArray_TYPE(x)
-    cdef int64_t rows, cols, ldx, lddx, rows2, cols2, lddy, ldx2
-    _rows_like(x, dx, t, &rows, &cols, &ldx, &lddx)
-    _rows_like(dy, dx, t, &rows2, &cols2, &lddy, &ldx2)
-    if cols2 != cols:
-        raise ValueError("internal: dy and x differ in shape")
+    dy, x, dx: 2-D, one dtype (float32, float64, float16 or bfloat16), unit inner stride; the rest
+    contiguous 1-D or None, of x's dtype (float32 for 16-bit x)."""
+    cdef int t = cnp.PyArray_TYPE(x), p
+    cdef int fmt = _format_of(x, &p)
+    if fmt < 0:
+        raise TypeError("internal: x must be float32, float64, float16 or bfloat16")
+    if cnp.PyArray_NDIM(x) != 2:
+        raise ValueError("internal: x must be 2-D")
+    cdef int64_t rows = cnp.PyArray_DIMS(x)[0], cols = cnp.PyArray_DIMS(x)[1]
+    cdef int64_t ldx = _ld(x, cols)
+    cdef int64_t lddy = _rows_of(dy, x, rows, cols, False)
+    cdef int64_t lddx = _rows_of(dx, x, rows, cols, True)
     if rstd is None:
         raise ValueError("internal: rstd is required")
-    cdef void *m = _vec(mean, t, rows, False)
-    cdef void *r = _vec(rstd, t, rows, False)
-    cdef void *w = _vec(weight, t, cols, False)
-    cdef void *dw = _vec(dweight, t, cols, True)
-    cdef void *db = _vec(dbias, t, cols, True)
+    cdef void *m = _vec(mean, p, rows, False)
+    cdef void *r = _vec(rstd, p, rows, False)
+    cdef void *w = _vec(weight, p, cols, False)
+    cdef void *dw = _vec(dweight, p, cols, True)
+    cdef void *db = _vec(dbias, p, cols, True)
     if mean is None and dbias is not None:
         raise ValueError("internal: RMS norm has no bias")
     cdef void *pdy = cnp.PyArray_DATA(dy)
@@ -473,19 +544,8 @@ def norm_backward_2d(cnp.ndarray dy, cnp.ndarray x, mean, rstd, weight, cnp.ndar
     cdef void *pdx = cnp.PyArray_DATA(dx)
     cdef int status
     with nogil:
-        status = _backward(t, pdy, lddy, px, ldx, m, r, w, pdx, lddx, dw, db, rows, cols)
+        status = _backward(fmt, t, pdy, lddy, px, ldx, m, r, w, pdx, lddx, dw, db, rows, cols)
     _check(status)
-
-
-# Storage formats of add_norm_2d: the dtype's own for float32/float64; 16-bit bits otherwise.
-cdef enum:
-    _NATIVE = 0
-    _FLOAT16 = 1
-    _BFLOAT16 = 2
-
-NATIVE = _NATIVE
-FLOAT16 = _FLOAT16
-BFLOAT16 = _BFLOAT16
 
 
 cdef int _add_norm_call(int fmt, int t, bint rms, void *px, int64_t ldx, void *pr, int64_t ldr,

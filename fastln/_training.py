@@ -2,8 +2,9 @@
 training loop calls (forward keeps what backward needs; backward returns dx and stores the
 parameter gradients).
 
-The argument conventions are layer_norm's: float32 or float64, normalization over the axes
-[axis, x.ndim), parameters of shape x.shape[axis:], statistics of shape x.shape[:axis].
+The argument conventions are layer_norm's: float32, float64, float16 or bfloat16, normalization
+over the axes [axis, x.ndim), parameters of shape x.shape[axis:], statistics of shape
+x.shape[:axis].
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import numpy as np
 
 from . import _add_norm, _core
 from ._args import (
+    F32,
     SUPPORTED,
     as_float_array,
     check_eps,
@@ -48,8 +50,8 @@ def _rows_out(x2: np.ndarray, y: np.ndarray, rows: int, cols: int) -> Optional[n
 
 
 def _stat(s, name: str, shape: tuple, norm_ndim: int, dtype: np.dtype) -> np.ndarray:
-    """mean or rstd as a contiguous 1-D array of x's dtype. Takes the shape x.shape[:axis], or that
-    shape followed by ones (torch's keepdim statistics)."""
+    """mean or rstd as a contiguous 1-D array of dtype (x's; float32 for 16-bit x). Takes the shape
+    x.shape[:axis], or that shape followed by ones (torch's keepdim statistics)."""
     a = s if isinstance(s, np.ndarray) else np.asarray(s)
     if a.dtype.kind != "f" or a.dtype.itemsize > 8:
         raise TypeError(f"{name} has dtype {a.dtype}; expected float32 or float64")
@@ -125,28 +127,33 @@ def rms_norm(
 
 
 def _backward(dy, x, mean, rstd, weight, axis, center: bool):
-    # The common call (C-contiguous arrays of one float dtype, the last axis, plain statistics and
-    # weight) runs with its checks done in C; any other call gets None back and goes on below.
+    # The common call (C-contiguous arrays of one dtype, the last axis, plain statistics and weight)
+    # runs with its checks done in C; any other call gets None back and goes on below.
     got = _core.norm_backward_fast(dy, x, mean, rstd, weight, axis, center)
     if got is not None:
         return got
     if _add_norm.is_16bit(x) or _add_norm.is_16bit(dy):
-        return _add_norm.backward(_backward, dy, x, mean, rstd, weight, axis, center)
-    x = as_float_array(x, "x")
-    dy = as_float_array(dy, "dy")
+        # float16 and bfloat16 dy and x go to the kernels as they are (widened in registers, dx
+        # rounded once); the statistics, weight and gradients are float32.
+        x = _add_norm.as_input(x, "x")
+        dy = _add_norm.as_input(dy, "dy")
+        pdt = F32
+    else:
+        x = as_float_array(x, "x")
+        dy = as_float_array(dy, "dy")
+        pdt = x.dtype
     if dy.dtype != x.dtype:
         raise TypeError(f"dy has dtype {dy.dtype} but x has dtype {x.dtype}")
     if dy.shape != x.shape:
         raise ValueError(f"dy has shape {dy.shape} but x has shape {x.shape}")
     ax, rows, cols, norm_shape = _split(x, axis)
-    dt = x.dtype
     stat_shape = x.shape[:ax]
-    m = _stat(mean, "mean", stat_shape, len(norm_shape), dt) if center else None
-    r = _stat(rstd, "rstd", stat_shape, len(norm_shape), dt)
-    w = param(weight, "weight", norm_shape, dt)
-    dx = _core.empty(x.shape, dt)
-    dw = np.zeros(norm_shape, dtype=dt) if w is not None else None
-    db = np.zeros(norm_shape, dtype=dt) if w is not None and center else None
+    m = _stat(mean, "mean", stat_shape, len(norm_shape), pdt) if center else None
+    r = _stat(rstd, "rstd", stat_shape, len(norm_shape), pdt)
+    w = _add_norm.as_param(weight, "weight", norm_shape, pdt)
+    dx = _core.empty(x.shape, x.dtype)
+    dw = np.zeros(norm_shape, dtype=pdt) if w is not None else None
+    db = np.zeros(norm_shape, dtype=pdt) if w is not None and center else None
     if rows == 0:
         return dx, dw, db
     _core.norm_backward_2d(
@@ -171,6 +178,11 @@ def layer_norm_backward(dy, x, mean, rstd, weight=None, *, axis: int = -1):
     row length) and then over the blocks in double in a fixed order, so they are bitwise the same
     at any thread count.
 
+    dy and x may also be float16 or bfloat16 (ml_dtypes), both of one dtype: they are read as they
+    are, the math is float32 and dx is rounded once to x's dtype; mean and rstd are then float32
+    (as the forward pass returns them), weight float32 or x's dtype, and dweight and dbias float32
+    (summed in float32 within the blocks).
+
     Examples
     --------
     >>> import numpy as np, fastln
@@ -187,7 +199,8 @@ def layer_norm_backward(dy, x, mean, rstd, weight=None, *, axis: int = -1):
 def rms_norm_backward(dy, x, rstd, weight=None, *, axis: int = -1):
     """Gradients of rms_norm: (dx, dweight), given dy = dL/dy and the forward pass's x and rstd
     (as rms_norm(..., return_stats=True) returns it). dweight = sum over examples of dy * x * rstd,
-    None when weight is None; bitwise the same at any thread count, as in layer_norm_backward."""
+    None when weight is None; bitwise the same at any thread count, as in layer_norm_backward,
+    which also says how float16 and bfloat16 dy and x are handled."""
     dx, dw, _ = _backward(dy, x, None, rstd, weight, axis, False)
     return dx, dw
 

@@ -160,16 +160,18 @@ struct Workspace {
 };
 thread_local Workspace t_workspace;
 
-template <class T>
-int NormBackward(const NormBackwardArgs<T> &a, int64_t rows, T *dweight, T *dbias,
-                 NormBackwardRowsFn<T> KernelTable::*fn) {
+// T: the storage type of dy, x and dx; P: that of the statistics, weight and gradients (see
+// NormBackwardArgs).
+template <class T, class P>
+int NormBackward(const NormBackwardArgs<T, P> &a, int64_t rows, P *dweight, P *dbias,
+                 NormBackwardRowsFn<T, P> KernelTable::*fn) {
   const int64_t cols = a.cols;
   if (!a.dy || !a.x || !a.dx || !a.rstd) return FASTLN_ERR_NULL_POINTER;
   if (rows < 0 || cols <= 0 || a.lddy < cols || a.ldx < cols || a.lddx < cols)
     return FASTLN_ERR_BAD_SHAPE;
   const KernelTable *t = ActiveTable();
   if (!t) return InitStatus();
-  const NormBackwardRowsFn<T> kernel = t->*fn;
+  const NormBackwardRowsFn<T, P> kernel = t->*fn;
   if (!dweight && !dbias) {
     if (rows > 0)
       ParallelRanges(rows, ThreadsFor(rows * cols),
@@ -177,7 +179,7 @@ int NormBackward(const NormBackwardArgs<T> &a, int64_t rows, T *dweight, T *dbia
     return FASTLN_OK;
   }
 
-  // Partials per block, in T: dw[cols] then, for layer norm, db[cols]. sum[per] adds them up in
+  // Partials per block, in P: dw[cols] then, for layer norm, db[cols]. sum[per] adds them up in
   // double, starting from block 0's, in block order, whether one thread does it as the blocks come
   // (holding one block's partials) or threads split the columns after all blocks are done (holding
   // every block's).
@@ -187,8 +189,8 @@ int NormBackward(const NormBackwardArgs<T> &a, int64_t rows, T *dweight, T *dbia
   const int64_t nblocks = (rows + block - 1) / block;
   if (nblocks == 0) {
     for (int64_t j = 0; j < cols; ++j) {
-      if (dweight) dweight[j] = T(0);
-      if (dbias && center) dbias[j] = T(0);
+      if (dweight) dweight[j] = P(0);
+      if (dbias && center) dbias[j] = P(0);
     }
     return FASTLN_OK;
   }
@@ -198,14 +200,14 @@ int NormBackward(const NormBackwardArgs<T> &a, int64_t rows, T *dweight, T *dbia
   if (nparts > (INT64_MAX / 2 - 64) / int64_t(sizeof(double)) / per) return FASTLN_ERR_NO_MEMORY;
   double *sum = static_cast<double *>(
       t_workspace.Get(static_cast<size_t>(per * int64_t(sizeof(double)) + nparts * per *
-                                          int64_t(sizeof(T)))));
+                                          int64_t(sizeof(P)))));
   if (!sum) return FASTLN_ERR_NO_MEMORY;
-  T *parts = reinterpret_cast<T *>(sum + per);
-  auto run_block = [&](int64_t b, T *p) {
+  P *parts = reinterpret_cast<P *>(sum + per);
+  auto run_block = [&](int64_t b, P *p) {
     const int64_t r1 = (b + 1) * block < rows ? (b + 1) * block : rows;
     kernel(a, b * block, r1, p, center ? p + cols : nullptr);
   };
-  auto fold = [&](int64_t b, const T *p, int64_t j0, int64_t j1) {
+  auto fold = [&](int64_t b, const P *p, int64_t j0, int64_t j1) {
     if (b == 0) {
       for (int64_t j = j0; j < j1; ++j) sum[j] = double(p[j]);
     } else {
@@ -226,29 +228,29 @@ int NormBackward(const NormBackwardArgs<T> &a, int64_t rows, T *dweight, T *dbia
     });
   }
   for (int64_t j = 0; j < cols; ++j) {
-    // One block: its partials are the sums, as T(double(p)) == p.
-    if (dweight) dweight[j] = nblocks > 1 ? T(sum[j]) : parts[j];
-    if (dbias && center) dbias[j] = nblocks > 1 ? T(sum[cols + j]) : parts[cols + j];
+    // One block: its partials are the sums, as P(double(p)) == p.
+    if (dweight) dweight[j] = nblocks > 1 ? P(sum[j]) : parts[j];
+    if (dbias && center) dbias[j] = nblocks > 1 ? P(sum[cols + j]) : parts[cols + j];
   }
   t_workspace.Trim();
   return FASTLN_OK;
 }
 
-template <class T>
-int LayerNormBackward(const T *dy, int64_t lddy, const T *x, int64_t ldx, const T *mean,
-                      const T *rstd, const T *w, T *dx, int64_t lddx, T *dweight, T *dbias,
-                      int64_t rows, int64_t cols, NormBackwardRowsFn<T> KernelTable::*fn) {
+template <class T, class P = T>
+int LayerNormBackward(const T *dy, int64_t lddy, const T *x, int64_t ldx, const P *mean,
+                      const P *rstd, const P *w, T *dx, int64_t lddx, P *dweight, P *dbias,
+                      int64_t rows, int64_t cols, NormBackwardRowsFn<T, P> KernelTable::*fn) {
   if (!mean) return FASTLN_ERR_NULL_POINTER;
-  const NormBackwardArgs<T> args{dy, lddy, x, ldx, dx, lddx, mean, rstd, w, cols};
+  const NormBackwardArgs<T, P> args{dy, lddy, x, ldx, dx, lddx, mean, rstd, w, cols};
   return NormBackward(args, rows, dweight, dbias, fn);
 }
 
-template <class T>
-int RmsNormBackward(const T *dy, int64_t lddy, const T *x, int64_t ldx, const T *rstd,
-                    const T *w, T *dx, int64_t lddx, T *dweight, int64_t rows, int64_t cols,
-                    NormBackwardRowsFn<T> KernelTable::*fn) {
-  const NormBackwardArgs<T> args{dy, lddy, x, ldx, dx, lddx, nullptr, rstd, w, cols};
-  return NormBackward(args, rows, dweight, static_cast<T *>(nullptr), fn);
+template <class T, class P = T>
+int RmsNormBackward(const T *dy, int64_t lddy, const T *x, int64_t ldx, const P *rstd,
+                    const P *w, T *dx, int64_t lddx, P *dweight, int64_t rows, int64_t cols,
+                    NormBackwardRowsFn<T, P> KernelTable::*fn) {
+  const NormBackwardArgs<T, P> args{dy, lddy, x, ldx, dx, lddx, nullptr, rstd, w, cols};
+  return NormBackward(args, rows, dweight, static_cast<P *>(nullptr), fn);
 }
 
 template <class T, class P>
@@ -402,6 +404,40 @@ int fastln_rms_norm_backward_f64_ld(const double *dy, int64_t lddy, const double
                                     int64_t lddx, double *dweight, int64_t rows, int64_t cols) {
   return RmsNormBackward<double>(dy, lddy, x, ldx, rstd, weight, dx, lddx, dweight, rows, cols,
                                  &KernelTable::rms_norm_backward_f64);
+}
+
+int fastln_layer_norm_backward_f16_ld(const uint16_t *dy, int64_t lddy, const uint16_t *x,
+                                      int64_t ldx, const float *mean, const float *rstd,
+                                      const float *weight, uint16_t *dx, int64_t lddx,
+                                      float *dweight, float *dbias, int64_t rows, int64_t cols) {
+  return LayerNormBackward<uint16_t, float>(dy, lddy, x, ldx, mean, rstd, weight, dx, lddx,
+                                            dweight, dbias, rows, cols,
+                                            &KernelTable::layer_norm_backward_f16);
+}
+
+int fastln_layer_norm_backward_bf16_ld(const uint16_t *dy, int64_t lddy, const uint16_t *x,
+                                       int64_t ldx, const float *mean, const float *rstd,
+                                       const float *weight, uint16_t *dx, int64_t lddx,
+                                       float *dweight, float *dbias, int64_t rows, int64_t cols) {
+  return LayerNormBackward<uint16_t, float>(dy, lddy, x, ldx, mean, rstd, weight, dx, lddx,
+                                            dweight, dbias, rows, cols,
+                                            &KernelTable::layer_norm_backward_bf16);
+}
+
+int fastln_rms_norm_backward_f16_ld(const uint16_t *dy, int64_t lddy, const uint16_t *x,
+                                    int64_t ldx, const float *rstd, const float *weight,
+                                    uint16_t *dx, int64_t lddx, float *dweight, int64_t rows,
+                                    int64_t cols) {
+  return RmsNormBackward<uint16_t, float>(dy, lddy, x, ldx, rstd, weight, dx, lddx, dweight,
+                                          rows, cols, &KernelTable::rms_norm_backward_f16);
+}
+
+int fastln_rms_norm_backward_bf16_ld(const uint16_t *dy, int64_t lddy, const uint16_t *x,
+                                     int64_t ldx, const float *rstd, const float *weight,
+                                     uint16_t *dx, int64_t lddx, float *dweight, int64_t rows,
+                                     int64_t cols) {
+  return RmsNormBackward<uint16_t, float>(dy, lddy, x, ldx, rstd, weight, dx, lddx, dweight,
+                                          rows, cols, &KernelTable::rms_norm_backward_bf16);
 }
 
 int fastln_add_layer_norm_f32(const float *x, int64_t ldx, const float *residual, int64_t ldr,

@@ -25,25 +25,27 @@ struct LayerNormArgs {
 template <class T>
 using LayerNormRowsFn = void (*)(const LayerNormArgs<T> &a, int64_t row_begin, int64_t row_end);
 
-// The backward passes of LayerNorm and RMSNorm (mean is null for RMSNorm).
-template <class T>
+// The backward passes of LayerNorm and RMSNorm (mean is null for RMSNorm). T is the storage type
+// of dy, x and dx (uint16_t holds float16 or bfloat16 bits); P the type of mean, rstd, weight and
+// of the column sums: T itself for float and double, float for 16-bit storage.
+template <class T, class P = T>
 struct NormBackwardArgs {
   const T *dy; int64_t lddy;
   const T *x; int64_t ldx;
   T *dx; int64_t lddx;
-  const T *mean;    // indexed by row; unused by RMSNorm
-  const T *rstd;    // indexed by row
-  const T *weight;  // may be null
+  const P *mean;    // indexed by row; unused by RMSNorm
+  const P *rstd;    // indexed by row
+  const P *weight;  // may be null
   int64_t cols;
 };
 
 // Writes dx for rows [row_begin, row_end). When dw is not null, also writes (not adds) the column
-// sums over those rows of dy * xhat to dw[0, cols) and, for LayerNorm, of dy to db[0, cols), in T.
+// sums over those rows of dy * xhat to dw[0, cols) and, for LayerNorm, of dy to db[0, cols), in P.
 // The caller hands each fixed block of rows (a few dozen) its own dw/db and sums them in double in
 // a fixed order, so dweight and dbias do not depend on the thread count.
-template <class T>
-using NormBackwardRowsFn = void (*)(const NormBackwardArgs<T> &a, int64_t row_begin,
-                                    int64_t row_end, T *dw, T *db);
+template <class T, class P = T>
+using NormBackwardRowsFn = void (*)(const NormBackwardArgs<T, P> &a, int64_t row_begin,
+                                    int64_t row_end, P *dw, P *db);
 // A norm with a fused residual add and/or 16-bit storage (src/ops/add_norm-inl.h). T is the storage
 // type (uint16_t holds float16 or bfloat16 bits); P the type of the parameters and statistics: T
 // itself for float and double, float for 16-bit storage. Per row, with res: h = x + res rounded to
@@ -77,6 +79,10 @@ struct KernelTable {
   NormBackwardRowsFn<double> layer_norm_backward_f64;
   NormBackwardRowsFn<float> rms_norm_backward_f32;
   NormBackwardRowsFn<double> rms_norm_backward_f64;
+  NormBackwardRowsFn<uint16_t, float> layer_norm_backward_f16;
+  NormBackwardRowsFn<uint16_t, float> layer_norm_backward_bf16;
+  NormBackwardRowsFn<uint16_t, float> rms_norm_backward_f16;
+  NormBackwardRowsFn<uint16_t, float> rms_norm_backward_bf16;
   AddNormRowsFn<float, float> add_layer_norm_f32;
   AddNormRowsFn<double, double> add_layer_norm_f64;
   AddNormRowsFn<uint16_t, float> add_layer_norm_f16;

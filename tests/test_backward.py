@@ -267,8 +267,9 @@ import numpy as np, fastln
 fastln.set_isa(sys.argv[1])
 rng = np.random.default_rng(7)
 out = []
-for dt in (np.float32, np.float64):
-    # 2000 x 128: 32 blocks of partials, enough work for 7 threads.
+for dt in (np.float32, np.float64, np.float16):
+    # 2000 x 128: 32 blocks of partials, enough work for 7 threads. float16: 16-bit dy, x and dx,
+    # float32 statistics and gradients.
     x = (3 + rng.standard_normal((2000, 128))).astype(dt)
     dy = rng.standard_normal(x.shape).astype(dt)
     w = rng.standard_normal(128).astype(dt)

@@ -108,6 +108,26 @@ int fastln_rms_norm_backward_f32_ld(const float *dy, int64_t lddy, const float *
 int fastln_rms_norm_backward_f64_ld(const double *dy, int64_t lddy, const double *x, int64_t ldx,
                                     const double *rstd, const double *weight, double *dx,
                                     int64_t lddx, double *dweight, int64_t rows, int64_t cols);
+/* The backward passes with 16-bit storage: dy, x and dx hold IEEE binary16 (f16) or bfloat16
+ * (bf16) bits; the math is float32 and dx is rounded once to nearest even. mean, rstd and weight
+ * are float32 (as the 16-bit forward passes return them), and so are dweight and dbias, summed as
+ * above in float32 over the blocks and in double across them. */
+int fastln_layer_norm_backward_f16_ld(const uint16_t *dy, int64_t lddy, const uint16_t *x,
+                                      int64_t ldx, const float *mean, const float *rstd,
+                                      const float *weight, uint16_t *dx, int64_t lddx,
+                                      float *dweight, float *dbias, int64_t rows, int64_t cols);
+int fastln_layer_norm_backward_bf16_ld(const uint16_t *dy, int64_t lddy, const uint16_t *x,
+                                       int64_t ldx, const float *mean, const float *rstd,
+                                       const float *weight, uint16_t *dx, int64_t lddx,
+                                       float *dweight, float *dbias, int64_t rows, int64_t cols);
+int fastln_rms_norm_backward_f16_ld(const uint16_t *dy, int64_t lddy, const uint16_t *x,
+                                    int64_t ldx, const float *rstd, const float *weight,
+                                    uint16_t *dx, int64_t lddx, float *dweight, int64_t rows,
+                                    int64_t cols);
+int fastln_rms_norm_backward_bf16_ld(const uint16_t *dy, int64_t lddy, const uint16_t *x,
+                                     int64_t ldx, const float *rstd, const float *weight,
+                                     uint16_t *dx, int64_t lddx, float *dweight, int64_t rows,
+                                     int64_t cols);
 /* Fused residual add, for transformer blocks: h = x + residual is written to h (rounded once to the
  * dtype, so it equals the unfused sum exactly) and y = layer norm of h, one row at a time: x and
  * residual are read once, h and y written once. h may equal x or residual (the same pointer and

@@ -6,6 +6,12 @@
 // where A = sum(g) and B = sum(g * (x - mean)). dweight = sum over rows of dy * xhat, dbias = sum
 // over rows of dy. mean and rstd are known from the start, so the read that forms A and B also
 // adds dy * xhat and dy into the column sums; a second read of the row, from cache, writes dx.
+//
+// The row routines are templates over the storage format St of dy, x and dx (see kernels-inl.h):
+// 16-bit rows are widened in registers as they are read, the math is float32 (St::T), and dx is
+// rounded once to 16 bits as it is stored; mean, rstd, weight and the column sums are float32.
+// On the widened values every instruction is the float32 path's, so dx is float32's dx rounded
+// once, and dweight and dbias are bitwise float32's.
 
 FASTLN_OPS_BEGIN
 
@@ -25,17 +31,19 @@ constexpr int64_t kFlushVecs = 32;
 // with k3' = k3 - mean * k2. There |x| <= |x - mean| + kNear * std, so x * k2 and mean * k2 are no
 // larger than the terms dx has anyway, and their roundings cost a few units in the last place of
 // those terms. Other rows subtract mean first, as the forward pass shifts such rows.
-template <class T, bool kW, bool kShift>
-inline void DxRow(const T *dy, const T *x, const T *w, T *dx, int64_t n, T mean, T rstd, T k2,
-                  T k3) {
+template <class St, bool kW, bool kShift>
+inline void DxRow(const typename St::E *dy, const typename St::E *x, const typename St::T *w,
+                  typename St::E *dx, int64_t n, typename St::T mean, typename St::T rstd,
+                  typename St::T k2, typename St::T k3) {
+  using T = typename St::T;
   using S = Simd<T>;
   using V = typename S::V;
   constexpr int N = S::N;
   const V vm = S::Set(mean), vr = S::Set(rstd), c2 = S::Set(k2), c3 = S::Set(k3);
   auto one = [&](int64_t i) {
-    const V g = kW ? S::Mul(S::Load(dy + i), S::Load(w + i)) : S::Load(dy + i);
-    const V xc = kShift ? S::Sub(S::Load(x + i), vm) : S::Load(x + i);
-    S::Store(dx + i, S::MulAdd(g, vr, S::MulAdd(xc, c2, c3)));
+    const V g = kW ? S::Mul(St::Load(dy + i), S::Load(w + i)) : St::Load(dy + i);
+    const V xc = kShift ? S::Sub(St::Load(x + i), vm) : St::Load(x + i);
+    St::Store(dx + i, S::MulAdd(g, vr, S::MulAdd(xc, c2, c3)));
   };
   int64_t i = 0;
   for (; i + 2 * N <= n; i += 2 * N) {
@@ -44,15 +52,17 @@ inline void DxRow(const T *dy, const T *x, const T *w, T *dx, int64_t n, T mean,
   }
   for (; i + N <= n; i += N) one(i);
   for (; i < n; ++i) {
-    const T g = kW ? dy[i] * w[i] : dy[i];
-    const T xc = kShift ? x[i] - mean : x[i];
-    dx[i] = g * rstd + (xc * k2 + k3);
+    const T g = kW ? St::ToT(dy[i]) * w[i] : St::ToT(dy[i]);
+    const T xc = kShift ? St::ToT(x[i]) - mean : St::ToT(x[i]);
+    dx[i] = St::FromT(g * rstd + (xc * k2 + k3));
   }
 }
 
-template <class T, int R, bool kCenter, bool kW, bool kGrad>
-inline void BackwardGroup(const NormBackwardArgs<T> &a, int64_t r0, double inv_n, bool first,
-                          T *dw, T *db) {
+template <class St, int R, bool kCenter, bool kW, bool kGrad>
+inline void BackwardGroup(const NormBackwardArgs<typename St::E, typename St::T> &a, int64_t r0,
+                          double inv_n, bool first, typename St::T *dw, typename St::T *db) {
+  using T = typename St::T;
+  using E = typename St::E;
   using S = Simd<T>;
   using V = typename S::V;
   constexpr int N = S::N;
@@ -60,8 +70,8 @@ inline void BackwardGroup(const NormBackwardArgs<T> &a, int64_t r0, double inv_n
   const int64_t n = a.cols;
   const int64_t nvec = n - n % N;
   const T *w = a.weight;
-  const T *dy[R];
-  const T *x[R];
+  const E *dy[R];
+  const E *x[R];
   T mu[R], rs[R];
   V vmu[R], vrs[R];
   for (int q = 0; q < R; ++q) {
@@ -84,8 +94,8 @@ inline void BackwardGroup(const NormBackwardArgs<T> &a, int64_t r0, double inv_n
       V aw = S::Zero(), ab = S::Zero();
       for (int q = 0; q < R; ++q) {
         // With t = dy * (x - mean): A += dy * w, B += t * w, dweight += t * rstd.
-        const V d = S::Load(dy[q] + j);
-        const V xc = kCenter ? S::Sub(S::Load(x[q] + j), vmu[q]) : S::Load(x[q] + j);
+        const V d = St::Load(dy[q] + j);
+        const V xc = kCenter ? S::Sub(St::Load(x[q] + j), vmu[q]) : St::Load(x[q] + j);
         const V t = S::Mul(d, xc);
         if (kCenter) acc[q][0] = kW ? S::MulAdd(d, wv, acc[q][0]) : S::Add(acc[q][0], d);
         acc[q][K - 1] = kW ? S::MulAdd(t, wv, acc[q][K - 1]) : S::Add(acc[q][K - 1], t);
@@ -106,8 +116,8 @@ inline void BackwardGroup(const NormBackwardArgs<T> &a, int64_t r0, double inv_n
   for (int64_t j = nvec; j < n; ++j) {
     T sw = T(0), sb = T(0);
     for (int q = 0; q < R; ++q) {
-      const T d = dy[q][j];
-      const T xc = x[q][j] - mu[q];
+      const T d = St::ToT(dy[q][j]);
+      const T xc = St::ToT(x[q][j]) - mu[q];
       const double g = kW ? double(d) * double(w[j]) : double(d);
       if (kCenter) sums[q][0] += g;
       sums[q][K - 1] += g * double(xc);
@@ -127,26 +137,28 @@ inline void BackwardGroup(const NormBackwardArgs<T> &a, int64_t r0, double inv_n
     const double r = double(rs[q]);
     const double k2 = -(r * r * r) * sums[q][K - 1] * inv_n;
     const double k3 = kCenter ? -r * sums[q][0] * inv_n : 0.0;
-    const T *d = dy[q];
-    const T *xr = x[q];
-    T *dx = a.dx + (r0 + q) * a.lddx;
+    const E *d = dy[q];
+    const E *xr = x[q];
+    E *dx = a.dx + (r0 + q) * a.lddx;
     const double m = double(mu[q]);
     if (!kCenter || m * m * r * r <= kNear * kNear)
-      DxRow<T, kW, false>(d, xr, w, dx, n, T(0), rs[q], T(k2), T(k3 - m * k2));
+      DxRow<St, kW, false>(d, xr, w, dx, n, T(0), rs[q], T(k2), T(k3 - m * k2));
     else
-      DxRow<T, kW, true>(d, xr, w, dx, n, mu[q], rs[q], T(k2), T(k3));
+      DxRow<St, kW, true>(d, xr, w, dx, n, mu[q], rs[q], T(k2), T(k3));
   }
 }
 
-template <class T, bool kCenter, bool kW, bool kGrad>
-void NormBackwardRowsT(const NormBackwardArgs<T> &a, int64_t r0, int64_t r1, T *dw, T *db) {
+template <class St, bool kCenter, bool kW, bool kGrad>
+void NormBackwardRowsT(const NormBackwardArgs<typename St::E, typename St::T> &a, int64_t r0,
+                       int64_t r1, typename St::T *dw, typename St::T *db) {
+  using T = typename St::T;
   const int64_t n = a.cols;
   const double inv_n = 1.0 / double(n);
-  const bool wide = int64_t(2 * kRows) * n * int64_t(sizeof(T)) <= kGroupBytes;
+  const bool wide = int64_t(2 * kRows) * n * int64_t(sizeof(typename St::E)) <= kGroupBytes;
   int64_t r = r0;
   for (; wide && r + kRows <= r1; r += kRows)
-    BackwardGroup<T, kRows, kCenter, kW, kGrad>(a, r, inv_n, r == r0, dw, db);
-  for (; r < r1; ++r) BackwardGroup<T, 1, kCenter, kW, kGrad>(a, r, inv_n, r == r0, dw, db);
+    BackwardGroup<St, kRows, kCenter, kW, kGrad>(a, r, inv_n, r == r0, dw, db);
+  for (; r < r1; ++r) BackwardGroup<St, 1, kCenter, kW, kGrad>(a, r, inv_n, r == r0, dw, db);
   if (kGrad && r0 == r1) {
     for (int64_t j = 0; j < n; ++j) {
       dw[j] = T(0);
@@ -155,16 +167,18 @@ void NormBackwardRowsT(const NormBackwardArgs<T> &a, int64_t r0, int64_t r1, T *
   }
 }
 
-// dx for rows [r0, r1). When dw is not null, also the column sums over these rows, in T, of
-// dy * xhat into dw[0, cols) and (LayerNorm) of dy into db[0, cols), overwriting them.
-template <class T, bool kCenter>
-void NormBackwardRows(const NormBackwardArgs<T> &a, int64_t r0, int64_t r1, T *dw, T *db) {
+// dx for rows [r0, r1) stored in format St. When dw is not null, also the column sums over these
+// rows, in St::T, of dy * xhat into dw[0, cols) and (LayerNorm) of dy into db[0, cols),
+// overwriting them.
+template <class St, bool kCenter>
+void NormBackwardRows(const NormBackwardArgs<typename St::E, typename St::T> &a, int64_t r0,
+                      int64_t r1, typename St::T *dw, typename St::T *db) {
   if (a.weight) {
-    if (dw) return NormBackwardRowsT<T, kCenter, true, true>(a, r0, r1, dw, db);
-    return NormBackwardRowsT<T, kCenter, true, false>(a, r0, r1, dw, db);
+    if (dw) return NormBackwardRowsT<St, kCenter, true, true>(a, r0, r1, dw, db);
+    return NormBackwardRowsT<St, kCenter, true, false>(a, r0, r1, dw, db);
   }
-  if (dw) return NormBackwardRowsT<T, kCenter, false, true>(a, r0, r1, dw, db);
-  return NormBackwardRowsT<T, kCenter, false, false>(a, r0, r1, dw, db);
+  if (dw) return NormBackwardRowsT<St, kCenter, false, true>(a, r0, r1, dw, db);
+  return NormBackwardRowsT<St, kCenter, false, false>(a, r0, r1, dw, db);
 }
 
 FASTLN_OPS_END

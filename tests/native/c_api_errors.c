@@ -71,6 +71,15 @@ int main(void) {
          FASTLN_OK, "f16 valid");
   expect(fastln_add_layer_norm_bf16(x16, 4, NULL, 0, NULL, 0, y16, 8, NULL, NULL, NULL, NULL, 1, 8, 1e-5),
          FASTLN_ERR_BAD_SHAPE, "bf16 ldx < cols");
+  uint16_t dx16[8];
+  expect(fastln_layer_norm_backward_f16_ld(x16, 8, x16, 8, m, r, NULL, dx16, 8, dw, db, 1, 8), FASTLN_OK,
+         "f16 backward valid");
+  expect(fastln_layer_norm_backward_bf16_ld(x16, 8, x16, 8, NULL, r, NULL, dx16, 8, dw, db, 1, 8),
+         FASTLN_ERR_NULL_POINTER, "bf16 backward NULL mean");
+  expect(fastln_rms_norm_backward_f16_ld(x16, 8, x16, 8, r, NULL, dx16, 4, dw, 1, 8), FASTLN_ERR_BAD_SHAPE,
+         "f16 rms backward lddx < cols");
+  expect(fastln_rms_norm_backward_bf16_ld(x16, 8, NULL, 8, r, NULL, dx16, 8, dw, 1, 8),
+         FASTLN_ERR_NULL_POINTER, "bf16 rms backward NULL x");
 
   expect(fastln_set_isa("bogus"), FASTLN_ERR_UNKNOWN_ISA, "set_isa(bogus)");
   expect(fastln_set_isa("scalar"), FASTLN_OK, "set_isa(scalar)");
