@@ -256,6 +256,18 @@ cdef inline bint _param_ok(object p, int t, cnp.npy_intp d):
     return _plain(a, t) and cnp.PyArray_NDIM(a) == 1 and cnp.PyArray_DIMS(a)[0] == d
 
 
+cdef inline object _widened(object p, int t, cnp.npy_intp d):
+    """A parameter of 16-bit x's own dtype t (a plain 1-D array of length d) cast to float32, the
+    kernels' parameter type: a NumPy cast of D values, where the general path would cost ~10 us.
+    Anything else is returned as it is."""
+    if p is None or not cnp.PyArray_CheckExact(p):
+        return p
+    cdef cnp.ndarray a = <cnp.ndarray>p
+    if _plain(a, t) and cnp.PyArray_NDIM(a) == 1 and cnp.PyArray_DIMS(a)[0] == d:
+        return cnp.PyArray_Cast(a, cnp.NPY_FLOAT32)
+    return p
+
+
 cdef inline bint _common_call(object x, object eps, object axis, object return_stats):
     """The fast paths' shared conditions: x an exact ndarray, axis -1, no statistics, eps a float,
     finite and >= 0."""
@@ -423,7 +435,7 @@ def norm_backward_fast(dy, x, mean, rstd, weight, axis, bint center):
     native order, aligned, C-contiguous, ndim >= 1, D = x.shape[-1] > 0, at least one row;
     axis == -1; mean (center) and rstd such arrays of shape x.shape[:-1] or x.shape[:-1] + (1,);
     weight None or such a 1-D array of length D; mean, rstd and weight of x's dtype, float32 for
-    16-bit x. Anything else returns None, and the general path runs, with its checks and errors:
+    16-bit x (whose weight may also be of x's dtype: widened here). Anything else returns None, and the general path runs, with its checks and errors:
     at D = 768 its Python checks cost several times the kernel.
     Returns (dx, dweight, dbias), dweight and dbias None without weight; dbias None unless center.
     dx has x's dtype; dweight and dbias that of the parameters.
@@ -445,6 +457,8 @@ def norm_backward_fast(dy, x, mean, rstd, weight, axis, bint center):
         if cnp.PyArray_DIMS(da)[i] != cnp.PyArray_DIMS(xa)[i]:
             return None
     cdef cnp.npy_intp d = cnp.PyArray_DIMS(xa)[nd - 1]
+    if p != t:
+        weight = _widened(weight, t, d)
     if d <= 0 or not _param_ok(weight, p, d):
         return None
     cdef int64_t rows = cnp.PyArray_SIZE(xa) // d
@@ -666,7 +680,8 @@ def add_norm_fast(x, residual, weight, bias, eps, out, residual_out, axis, retur
     Takes: x an exact ndarray in storage format fmt (the caller's storage_format(x.dtype)), native
     order, aligned, C-contiguous, ndim >= 1, D = x.shape[-1] > 0; residual None or such an array of
     x's dtype and shape; axis == -1; return_stats False; eps a float, finite and >= 0; weight and
-    bias None or plain 1-D arrays of length D, of x's dtype (float32 for 16-bit x); out and
+    bias None or plain 1-D arrays of length D, of x's dtype (for 16-bit x float32, or x's dtype,
+    widened here); out and
     residual_out None or plain writeable arrays of x's dtype and shape, each x or residual itself
     or apart from both, and apart from each other; residual_out only with residual. The Python
     checks of the general path cost ~12 us a call, the kernel ~0.3 us at 1 x 768.
@@ -689,6 +704,9 @@ def add_norm_fast(x, residual, weight, bias, eps, out, residual_out, axis, retur
     if nd < 1 or not _plain(xa, t):
         return None
     cdef cnp.npy_intp d = cnp.PyArray_DIMS(xa)[nd - 1]
+    if p != t:
+        weight = _widened(weight, t, d)
+        bias = _widened(bias, t, d)
     if d <= 0 or not _param_ok(weight, p, d) or not _param_ok(bias, p, d):
         return None
     if rms and bias is not None:

@@ -299,6 +299,38 @@ def test_fast_path_matches_general_path(isa, rng, op, dtype):
     np.testing.assert_array_equal(y.astype(np.float64), want.astype(np.float64))
 
 
+@pytest.mark.parametrize("dtype", HALF)
+def test_fast_path_takes_parameters_of_the_inputs_dtype(isa, rng, dtype):
+    # 16-bit weight and bias are widened to float32 by the C-checked path itself (a NumPy cast),
+    # not sent down the general path: same bits as float32 parameters, in the forward passes and
+    # the backward.
+    from fastln import _add_norm, _core
+
+    dt = _half(dtype)
+    x, r = _data(rng, (6, 45), dt), _data(rng, (6, 45), dt)
+    w16, b16 = _data(rng, 45, dt, c=1.0), _data(rng, 45, dt)
+    w32, b32 = w16.astype(F32), b16.astype(F32)
+    fmt = _add_norm.storage_format(dt)
+    for rms in (False, True):
+        b_16, b_32 = (None, None) if rms else (b16, b32)
+        got = _core.add_norm_fast(x, r, w16, b_16, 1e-5, None, None, -1, False, fmt, rms)
+        assert got is not None
+        want = _core.add_norm_fast(x, r, w32, b_32, 1e-5, None, None, -1, False, fmt, rms)
+        for g, wnt in zip(got, want):
+            np.testing.assert_array_equal(_bits(g), _bits(wnt))
+    y16 = fastln.layer_norm(x, w16, b16)
+    np.testing.assert_array_equal(_bits(y16), _bits(fastln.layer_norm(x, w32, b32)))
+    _, mean, rstd = fastln.layer_norm(x, w32, b32, return_stats=True)
+    dy = _data(rng, (6, 45), dt)
+    got = _core.norm_backward_fast(dy, x, mean, rstd, w16, -1, True)
+    assert got is not None
+    want = fastln.layer_norm_backward(dy, x, mean, rstd, w32)
+    np.testing.assert_array_equal(_bits(got[0]), _bits(want[0]))
+    for g, wnt in zip(got[1:], want[1:]):
+        assert g.dtype == F32
+        np.testing.assert_array_equal(g, wnt)
+
+
 class _Sub(np.ndarray):
     pass
 
