@@ -370,8 +370,8 @@ def test_fast_path_declines_what_it_cannot_do(rng):
         fast(eps=1),  # an int: the general path converts it
         fast(x=x.astype(np.float16), r=r.astype(np.float16)),  # 2-byte x, format NATIVE
         fast(fmt=_core.FLOAT16),  # 4-byte x called float16
-        fast(x=x.astype(np.float16), r=r.astype(np.float16), w=np.ones(16, np.float16),
-             fmt=_core.FLOAT16),  # 16-bit x takes float32 parameters here
+        fast(x=x.astype(np.float16), r=r.astype(np.float16), w=np.ones(16, np.float64),
+             fmt=_core.FLOAT16),  # 16-bit x takes float32 or float16 parameters here
         fast(x=x.view(_Sub), r=r),  # a subclass
     ]
     assert all(d is None for d in declined)
