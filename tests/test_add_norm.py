@@ -769,15 +769,16 @@ def test_half_backward_layouts(isa, rng, name):
         want, _ = _backward(op, dyv.copy(), xv.copy(), wv.astype(F32))  # checked in C
         for g, e in zip(got, want):
             assert (g is None and e is None) or g.tobytes() == e.tobytes()
-    # The C-checked call takes contiguous 16-bit dy and x with float32 statistics and weight, and
-    # leaves anything else to the general path.
+    # The C-checked call takes contiguous 16-bit dy and x with float32 statistics and a float32
+    # weight or one of x's dtype, and leaves anything else to the general path.
     from fastln import _core
 
     dyc, xc = dyv.copy(), xv.copy()
     _, m, r = fastln.layer_norm(xc, return_stats=True)
     assert _core.norm_backward_fast(dyc, xc, m, r, wv.astype(F32), -1, True) is not None
     assert _core.norm_backward_fast(dyc, xc, None, r, None, -1, False) is not None
-    assert _core.norm_backward_fast(dyc, xc, m, r, wv, -1, True) is None
+    assert _core.norm_backward_fast(dyc, xc, m, r, wv, -1, True) is not None
+    assert _core.norm_backward_fast(dyc, xc, m, r, wv.astype(np.float64), -1, True) is None
     assert _core.norm_backward_fast(dyc, xc, m.astype(np.float64), r, None, -1, True) is None
     assert _core.norm_backward_fast(dyc.astype(F32), xc, m, r, None, -1, True) is None
     assert _core.norm_backward_fast(dyv, xv, m, r, None, -1, True) is None
