@@ -359,7 +359,8 @@ cdef inline bint _stat_ok(object s, int t, cnp.ndarray x):
     return True
 
 
-# Storage formats of the 16-bit kernels' arguments (add_norm_2d, norm_backward_2d): the dtype's own for float32/float64; 16-bit bits otherwise.
+# Storage formats of the 16-bit kernels' arguments (add_norm_2d, norm_backward_2d): the dtype's
+# own for float32/float64; 16-bit bits otherwise.
 cdef enum:
     _NATIVE = 0
     _FLOAT16 = 1
@@ -435,8 +436,9 @@ def norm_backward_fast(dy, x, mean, rstd, weight, axis, bint center):
     native order, aligned, C-contiguous, ndim >= 1, D = x.shape[-1] > 0, at least one row;
     axis == -1; mean (center) and rstd such arrays of shape x.shape[:-1] or x.shape[:-1] + (1,);
     weight None or such a 1-D array of length D; mean, rstd and weight of x's dtype, float32 for
-    16-bit x (whose weight may also be of x's dtype: widened here). Anything else returns None, and the general path runs, with its checks and errors:
-    at D = 768 its Python checks cost several times the kernel.
+    16-bit x (whose weight may also be of x's dtype: widened here). Anything else returns None,
+    and the general path runs, with its checks and errors: at D = 768 its Python checks cost
+    several times the kernel.
     Returns (dx, dweight, dbias), dweight and dbias None without weight; dbias None unless center.
     dx has x's dtype; dweight and dbias that of the parameters.
     """
@@ -681,9 +683,9 @@ def add_norm_fast(x, residual, weight, bias, eps, out, residual_out, axis, retur
     order, aligned, C-contiguous, ndim >= 1, D = x.shape[-1] > 0; residual None or such an array of
     x's dtype and shape; axis == -1; return_stats False; eps a float, finite and >= 0; weight and
     bias None or plain 1-D arrays of length D, of x's dtype (for 16-bit x float32, or x's dtype,
-    widened here); out and
-    residual_out None or plain writeable arrays of x's dtype and shape, each x or residual itself
-    or apart from both, and apart from each other; residual_out only with residual. The Python
+    widened here); out and residual_out None or plain writeable arrays of x's dtype and shape,
+    each x or residual itself or apart from both, and apart from each other; residual_out only
+    with residual. The Python
     checks of the general path cost ~12 us a call, the kernel ~0.3 us at 1 x 768.
     """
     if not _common_call(x, eps, axis, return_stats) or (residual is None and

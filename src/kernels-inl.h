@@ -129,7 +129,8 @@ inline Moments Merge(const Moments &a, const Moments &b) {
 // LoadBF16, StoreBF16, StoreBF16RoundOnly; 16-bit bits in, N floats out and back, rounding to
 // nearest even); the one-value conversions for row tails are half.h's, shared by every ISA.
 //
-// Three stores, as bfloat16's rounding is cheaper where NaN needs no care (StoreBF16RoundOnly,
+// Three kinds of plain store (StoreStream is the fourth member), as bfloat16's rounding is cheaper
+// where NaN needs no care (StoreBF16RoundOnly,
 // exact unless a NaN lane has nonzero low 16 bits):
 //   Store   any values.
 //   StoreSum  sums of two values widened from E (the fused residual add's h). A NaN among them

@@ -154,7 +154,9 @@ void NormBackwardRowsT(const NormBackwardArgs<typename St::E, typename St::T> &a
   using T = typename St::T;
   const int64_t n = a.cols;
   const double inv_n = 1.0 / double(n);
-  const bool wide = int64_t(2 * kRows) * n * int64_t(sizeof(typename St::E)) <= kGroupBytes;
+  // Sized by T, not by the stored type, so that 16-bit rows group as float32 rows do and dweight
+  // and dbias stay bitwise float32's at every length.
+  const bool wide = int64_t(2 * kRows) * n * int64_t(sizeof(T)) <= kGroupBytes;
   int64_t r = r0;
   for (; wide && r + kRows <= r1; r += kRows)
     BackwardGroup<St, kRows, kCenter, kW, kGrad>(a, r, inv_n, r == r0, dw, db);

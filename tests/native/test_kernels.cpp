@@ -605,8 +605,8 @@ void CheckBackward(const Isa &isa, const char *kname, Fn fn) {
   const std::vector<RowSpec> rows = {{0, 1, false}, {1e3, 1, false}, {0, 1, false}, {-2.5, 0.5, false}, {3, 2, false}};
   for (int64_t n : kTailLengths) RunBackwardCase<St, op>(isa, kname, fn, n, rows, 3000 + n, "tails");
   if (St::kRel > 0) {
-    // 16-bit storage: no offsets beyond its range. Rows of 65536 still go four at a time (they
-    // are half as many bytes), rows of 131072 one at a time.
+    // 16-bit storage: no offsets beyond its range. Rows group as float32 rows do: 768 four at a
+    // time, 65536 and 131072 one at a time.
     for (int64_t n : {int64_t(768), int64_t(65536), int64_t(131072)})
       RunBackwardCase<St, op>(isa, kname, fn, n, rows, 17 + n, "long rows");
     return;
