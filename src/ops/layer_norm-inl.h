@@ -41,7 +41,7 @@ inline Moments RowMoments(const Src &src, int64_t n, typename Src::T pivot, cons
   constexpr int64_t kBlock = kBlockOf<T>;
 
   const int64_t nblocks = n / kBlock;
-  const bool prefetch = n * int64_t(sizeof(*src.x)) >= kPrefetchRowBytes;
+  const bool prefetch = PrefetchRow<typename Src::E>(n);
   const V vk = S::Set(pivot);
   V M[kAcc], Q[kAcc];  // per-lane mean and M2 over the chunks done so far
   for (int a = 0; a < kAcc; ++a) {
@@ -199,7 +199,7 @@ struct Normalizer {
   Normalizer(const E *x_, E *y_, int64_t n_, const T *w_, const T *b_, T hi_, T c_, T rstd_)
       : x(x_), y(y_), n(n_), w(w_), b(b_), hi(hi_), c(c_), rstd(rstd_),
         vhi(S::Set(hi_)), vr(S::Set(rstd_)), vc(S::Set(c_)),
-        prefetch(n_ * int64_t(sizeof(E)) >= kPrefetchRowBytes), head(0), done(0) {
+        prefetch(PrefetchRow<E>(n_)), head(0), done(0) {
     if (kStream) {
       const int64_t mis = int64_t(reinterpret_cast<uintptr_t>(y) % 64) / int64_t(sizeof(E));
       head = Min(n, mis ? kLine - mis : 0);
