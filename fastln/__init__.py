@@ -70,8 +70,7 @@ _rms_norm = _cuda_api.with_gpu_path(_training.rms_norm, _cuda_api.rms_norm)
 def rms_norm(x, weight=None, eps: float = 1e-6, *, axis: int = -1, out=None,
              return_stats: bool = False, residual=None, residual_out=None):
     if residual is None and residual_out is None and type(x) is np.ndarray:
-        got = _core.add_norm_fast(x, None, weight, None, eps, out, None, axis, return_stats,
-                                  _core.NATIVE, True)
+        got = _core.add_norm_fast(x, None, weight, None, eps, out, None, axis, return_stats, True)
         if got is not None:
             return got
     return _rms_norm(x, weight, eps, axis=axis, out=out, return_stats=return_stats,

@@ -79,13 +79,11 @@ def norm(rms, x, weight, bias, eps, axis, out, return_stats, residual, residual_
     16-bit x: see their docstrings. The statistics are (mean, rstd), or (rstd,) for RMS norm."""
     if isinstance(x, np.ndarray):
         # The common call (C-contiguous arrays, last axis, no statistics) is checked in C.
-        fmt = storage_format(x.dtype)
-        if fmt is not None:
-            res = _core.add_norm_fast(
-                x, residual, weight, bias, eps, out, residual_out, axis, return_stats, fmt, rms
-            )
-            if res is not None:
-                return res
+        res = _core.add_norm_fast(
+            x, residual, weight, bias, eps, out, residual_out, axis, return_stats, rms
+        )
+        if res is not None:
+            return res
     x = as_input(x, "x")
     fmt = storage_format(x.dtype)
     ax, rows, cols, norm_shape = split_axis(x, axis)

@@ -80,7 +80,6 @@ def add_norm_fast(
     residual_out: object,
     axis: object,
     return_stats: object,
-    fmt: int,
     rms: bool,
 ) -> object: ...
 def isa() -> str: ...

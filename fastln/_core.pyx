@@ -10,6 +10,9 @@ from libc.stdint cimport int64_t, uint16_t
 
 cnp.import_array()
 
+cdef extern from "numpy/ndarraytypes.h":
+    int NPY_USERDEF  # the first typenum of a dtype registered at run time (ml_dtypes.bfloat16)
+
 cdef extern from "fastln/fastln.h" nogil:
     int FASTLN_OK
     int FASTLN_ERR_UNKNOWN_ISA
@@ -72,6 +75,8 @@ cdef extern from "fastln/fastln.h" nogil:
                                   int64_t ldr, double *h, int64_t ldh, double *y, int64_t ldy,
                                   const double *weight, const double *bias, double *mean,
                                   double *rstd, int64_t rows, int64_t cols, double eps)
+    int fastln_f16_to_f32(const uint16_t *src, float *dst, int64_t n)
+    int fastln_bf16_to_f32(const uint16_t *src, float *dst, int64_t n)
     int fastln_add_layer_norm_f16(const uint16_t *x, int64_t ldx, const uint16_t *residual,
                                   int64_t ldr, uint16_t *h, int64_t ldh, uint16_t *y, int64_t ldy,
                                   const float *weight, const float *bias, float *mean,
@@ -256,16 +261,26 @@ cdef inline bint _param_ok(object p, int t, cnp.npy_intp d):
     return _plain(a, t) and cnp.PyArray_NDIM(a) == 1 and cnp.PyArray_DIMS(a)[0] == d
 
 
-cdef inline object _widened(object p, int t, cnp.npy_intp d):
-    """A parameter of 16-bit x's own dtype t (a plain 1-D array of length d) cast to float32, the
-    kernels' parameter type: a NumPy cast of D values, where the general path would cost ~10 us.
-    Anything else is returned as it is."""
+cdef inline object _widened(object p, int t, int fmt, cnp.npy_intp d):
+    """A parameter of 16-bit x's own dtype t, storage format fmt (a plain 1-D array of length d),
+    widened to float32, the kernels' parameter type, by the C API: NumPy's float16 cast cost
+    1.1 us at d = 768, where the general path would cost ~10 us. Anything else is returned as it
+    is."""
     if p is None or not cnp.PyArray_CheckExact(p):
         return p
     cdef cnp.ndarray a = <cnp.ndarray>p
-    if _plain(a, t) and cnp.PyArray_NDIM(a) == 1 and cnp.PyArray_DIMS(a)[0] == d:
-        return cnp.PyArray_Cast(a, cnp.NPY_FLOAT32)
-    return p
+    if not (_plain(a, t) and cnp.PyArray_NDIM(a) == 1 and cnp.PyArray_DIMS(a)[0] == d):
+        return p
+    cdef cnp.ndarray w = cnp.PyArray_EMPTY(1, &d, cnp.NPY_FLOAT32, 0)
+    cdef const uint16_t *src = <const uint16_t *>cnp.PyArray_DATA(a)
+    cdef float *dst = <float *>cnp.PyArray_DATA(w)
+    cdef int status
+    if fmt == _FLOAT16:
+        status = fastln_f16_to_f32(src, dst, d)
+    else:
+        status = fastln_bf16_to_f32(src, dst, d)
+    _check(status)
+    return w
 
 
 cdef inline bint _common_call(object x, object eps, object axis, object return_stats):
@@ -282,8 +297,8 @@ cdef inline bint _common_call(object x, object eps, object axis, object return_s
 def layer_norm_fast(x, weight, bias, eps, out, axis, return_stats):
     """fastln.layer_norm for its common call, done here in C; None for any other call.
 
-    Takes: x an exact ndarray, float32 or float64, native order, aligned, C-contiguous, ndim >= 1,
-    D = x.shape[-1] > 0; axis == -1; return_stats False; eps a float, finite and >= 0; weight and
+    Takes: x an exact ndarray, float32 or float64 (16-bit x: see add_norm_fast), native order,
+    aligned, C-contiguous, ndim >= 1, D = x.shape[-1] > 0; axis == -1; return_stats False; eps a float, finite and >= 0; weight and
     bias None or such 1-D arrays of x's dtype and length D; out None or such an array of x's shape,
     writeable, that is x itself or does not overlap it. Anything else returns None, and
     fastln.layer_norm runs its general path, with its checks and errors. At D = 768 the Python
@@ -295,7 +310,10 @@ def layer_norm_fast(x, weight, bias, eps, out, axis, return_stats):
     cdef cnp.ndarray xa = <cnp.ndarray>x
     cdef int t = cnp.PyArray_TYPE(xa)
     cdef int nd = cnp.PyArray_NDIM(xa)
-    if (t != cnp.NPY_FLOAT32 and t != cnp.NPY_FLOAT64) or nd < 1 or not _plain(xa, t):
+    if t != cnp.NPY_FLOAT32 and t != cnp.NPY_FLOAT64:
+        # 16-bit x: its kernels' entry, without the Python layers of the general path (~1 us).
+        return add_norm_fast(x, None, weight, bias, eps, out, None, axis, return_stats, False)
+    if nd < 1 or not _plain(xa, t):
         return None
     cdef cnp.npy_intp d = cnp.PyArray_DIMS(xa)[nd - 1]
     if d <= 0 or not _param_ok(weight, t, d) or not _param_ok(bias, t, d):
@@ -413,9 +431,13 @@ cdef int _backward(int fmt, int t, const void *dy, int64_t lddy, const void *x, 
         <const double *>w, <double *>dx, lddx, <double *>dw, rows, cols)
 
 
+cdef int _bf16_type = -1  # ml_dtypes.bfloat16's typenum, once seen
+
+
 cdef inline int _format_of(cnp.ndarray a, int *p):
     """The storage format of a's dtype, with the typenum of its parameters and statistics in p;
     -1 if the kernels do not take it. bfloat16 (a dtype ml_dtypes registers) is known by name."""
+    global _bf16_type
     cdef int t = cnp.PyArray_TYPE(a)
     if t == cnp.NPY_FLOAT32 or t == cnp.NPY_FLOAT64:
         p[0] = t
@@ -423,7 +445,13 @@ cdef inline int _format_of(cnp.ndarray a, int *p):
     p[0] = cnp.NPY_FLOAT32
     if t == cnp.NPY_FLOAT16:
         return _FLOAT16
-    if cnp.PyArray_ITEMSIZE(a) == 2 and a.dtype.name == "bfloat16":
+    if t == _bf16_type:
+        return _BFLOAT16
+    if (_bf16_type < 0 and t >= NPY_USERDEF and cnp.PyArray_ITEMSIZE(a) == 2
+            and a.dtype.name == "bfloat16"):
+        # A registered dtype keeps its typenum for the life of the process: the name (a Python
+        # attribute lookup, ~0.5 us) is read once.
+        _bf16_type = t
         return _BFLOAT16
     return -1
 
@@ -460,7 +488,7 @@ def norm_backward_fast(dy, x, mean, rstd, weight, axis, bint center):
             return None
     cdef cnp.npy_intp d = cnp.PyArray_DIMS(xa)[nd - 1]
     if p != t:
-        weight = _widened(weight, t, d)
+        weight = _widened(weight, t, fmt, d)
     if d <= 0 or not _param_ok(weight, p, d):
         return None
     cdef int64_t rows = cnp.PyArray_SIZE(xa) // d
@@ -674,19 +702,18 @@ cdef inline bint _apart(char *a, char *b, cnp.npy_intp nbytes):
     return a + nbytes <= b or b + nbytes <= a
 
 
-def add_norm_fast(x, residual, weight, bias, eps, out, residual_out, axis, return_stats, int fmt,
+def add_norm_fast(x, residual, weight, bias, eps, out, residual_out, axis, return_stats,
                   bint rms):
-    """fastln.layer_norm (rms: rms_norm) with residual= or 16-bit x, for its common call, done
-    here in C; None for any other call, which then takes _add_norm.norm's general path.
+    """fastln.layer_norm (rms: rms_norm) with residual= or 16-bit x, and rms_norm's common call,
+    done here in C; None for any other call, which then takes the general path.
 
-    Takes: x an exact ndarray in storage format fmt (the caller's storage_format(x.dtype)), native
-    order, aligned, C-contiguous, ndim >= 1, D = x.shape[-1] > 0; residual None or such an array of
-    x's dtype and shape; axis == -1; return_stats False; eps a float, finite and >= 0; weight and
-    bias None or plain 1-D arrays of length D, of x's dtype (for 16-bit x float32, or x's dtype,
-    widened here); out and residual_out None or plain writeable arrays of x's dtype and shape,
-    each x or residual itself or apart from both, and apart from each other; residual_out only
-    with residual. The Python
-    checks of the general path cost ~12 us a call, the kernel ~0.3 us at 1 x 768.
+    Takes: x an exact ndarray of float32, float64, float16 or bfloat16, native order, aligned,
+    C-contiguous, ndim >= 1, D = x.shape[-1] > 0; residual None or such an array of x's dtype and
+    shape; axis == -1; return_stats False; eps a float, finite and >= 0; weight and bias None or
+    plain 1-D arrays of length D, of x's dtype (for 16-bit x float32, or x's dtype, widened here);
+    out and residual_out None or plain writeable arrays of x's dtype and shape, each x or residual
+    itself or apart from both, and apart from each other; residual_out only with residual. The
+    Python checks of the general path cost ~12 us a call, the kernel ~0.3 us at 1 x 768.
     """
     if not _common_call(x, eps, axis, return_stats) or (residual is None and
                                                         residual_out is not None):
@@ -696,19 +723,15 @@ def add_norm_fast(x, residual, weight, bias, eps, out, residual_out, axis, retur
     cdef int t = cnp.PyArray_TYPE(xa)
     cdef int nd = cnp.PyArray_NDIM(xa)
     cdef int p
-    if fmt == _NATIVE and (t == cnp.NPY_FLOAT32 or t == cnp.NPY_FLOAT64):
-        p = t
-    elif (fmt == _FLOAT16 and t == cnp.NPY_FLOAT16) or (fmt == _BFLOAT16 and
-                                                        cnp.PyArray_ITEMSIZE(xa) == 2):
-        p = cnp.NPY_FLOAT32
-    else:
+    cdef int fmt = _format_of(xa, &p)
+    if fmt < 0:
         return None
     if nd < 1 or not _plain(xa, t):
         return None
     cdef cnp.npy_intp d = cnp.PyArray_DIMS(xa)[nd - 1]
     if p != t:
-        weight = _widened(weight, t, d)
-        bias = _widened(bias, t, d)
+        weight = _widened(weight, t, fmt, d)
+        bias = _widened(bias, t, fmt, d)
     if d <= 0 or not _param_ok(weight, p, d) or not _param_ok(bias, p, d):
         return None
     if rms and bias is not None:

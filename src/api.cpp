@@ -271,6 +271,15 @@ int AddNorm(const AddNormArgs<T, P> &a, int64_t rows, AddNormRowsFn<T, P> Kernel
   return status;
 }
 
+int Widen(const uint16_t *src, float *dst, int64_t n, WidenFn KernelTable::*fn) {
+  if (n < 0) return FASTLN_ERR_BAD_SHAPE;
+  if (n > 0 && (!src || !dst)) return FASTLN_ERR_NULL_POINTER;
+  const KernelTable *t = ActiveTable();
+  if (!t) return InitStatus();
+  (t->*fn)(src, dst, n);
+  return FASTLN_OK;
+}
+
 }  // namespace
 }  // namespace fastln
 
@@ -508,6 +517,14 @@ int fastln_add_rms_norm_bf16(const uint16_t *x, int64_t ldx, const uint16_t *res
   return AddNorm<uint16_t, float>({x, ldx, residual, ldr, h, ldh, y, ldy, weight, nullptr,
                                    nullptr, rstd, cols, eps, nullptr},
                                   rows, &KernelTable::add_rms_norm_bf16);
+}
+
+int fastln_f16_to_f32(const uint16_t *src, float *dst, int64_t n) {
+  return fastln::Widen(src, dst, n, &KernelTable::widen_f16);
+}
+
+int fastln_bf16_to_f32(const uint16_t *src, float *dst, int64_t n) {
+  return fastln::Widen(src, dst, n, &KernelTable::widen_bf16);
 }
 
 const char *fastln_status_string(int status) {

@@ -68,6 +68,9 @@ struct AddNormArgs {
 template <class T, class P>
 using AddNormRowsFn = void (*)(const AddNormArgs<T, P> &a, int64_t row_begin, int64_t row_end);
 
+// n 16-bit values (float16 or bfloat16 bits) widened to float, exactly.
+using WidenFn = void (*)(const uint16_t *src, float *dst, int64_t n);
+
 struct KernelTable {
   const char *name;
   LayerNormRowsFn<float> layer_norm_f32;
@@ -92,6 +95,8 @@ struct KernelTable {
   AddNormRowsFn<double, double> add_rms_norm_f64;
   AddNormRowsFn<uint16_t, float> add_rms_norm_f16;
   AddNormRowsFn<uint16_t, float> add_rms_norm_bf16;
+  WidenFn widen_f16;
+  WidenFn widen_bf16;
 };
 
 // Defined in kernels_<isa>.cpp. Each returns null when that ISA is not compiled into this build.

@@ -260,6 +260,16 @@ struct SumOf {
   }
 };
 
+// 16-bit weight and bias widened to the float the 16-bit kernels take: at D = 768 NumPy's float16
+// cast cost 1.1 us a parameter, more than the layer norm of a row.
+template <class St>
+void Widen(const uint16_t *src, float *dst, int64_t n) {
+  using S = Simd<float>;
+  int64_t i = 0;
+  for (; i + S::N <= n; i += S::N) S::Store(dst + i, St::Load(src + i));
+  for (; i < n; ++i) dst[i] = St::ToT(src[i]);
+}
+
 }  // namespace
 }  // namespace FASTLN_NS
 }  // namespace fastln
@@ -305,6 +315,8 @@ constexpr KernelTable kTable = {
     &AddRmsNormRows<double>,
     &AddRmsNormRows16<Float16Format>,
     &AddRmsNormRows16<BFloat16Format>,
+    &Widen<Float16Format>,
+    &Widen<BFloat16Format>,
 };
 
 }  // namespace FASTLN_NS

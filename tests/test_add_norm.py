@@ -274,14 +274,13 @@ def test_fast_path_matches_general_path(isa, rng, op, dtype):
     w, b = _data(rng, 37, pdt, c=1.0), _data(rng, 37, pdt)
     if op == "rms_norm":
         b = None
-    fmt = _add_norm.storage_format(dt)
     want_y, want_h, *_ = _norm(op, x, w, b, eps=1e-5, residual=r, return_stats=True)
     for out_to, h_to in [(None, None), ("new", "new"), ("x", "r"), ("r", "x"), ("new", "x")]:
         xc, rc = x.copy(), r.copy()
         pick = {None: None, "new": None, "x": xc, "r": rc}
         out = np.empty_like(x) if out_to == "new" else pick[out_to]
         hout = np.empty_like(x) if h_to == "new" else pick[h_to]
-        got = _core.add_norm_fast(xc, rc, w, b, 1e-5, out, hout, -1, False, fmt, op == "rms_norm")
+        got = _core.add_norm_fast(xc, rc, w, b, 1e-5, out, hout, -1, False, op == "rms_norm")
         assert got is not None, (out_to, h_to)
         y, h = got
         assert y.dtype == h.dtype == dt
@@ -294,7 +293,7 @@ def test_fast_path_matches_general_path(isa, rng, op, dtype):
         np.testing.assert_array_equal(_bits(y) if dt.itemsize == 2 else y,
                                       _bits(want_y) if dt.itemsize == 2 else want_y)
     # Without residual: the 16-bit (or plain) norm.
-    y = _core.add_norm_fast(x, None, w, b, 1e-5, None, None, -1, False, fmt, op == "rms_norm")
+    y = _core.add_norm_fast(x, None, w, b, 1e-5, None, None, -1, False, op == "rms_norm")
     want = _norm(op, x, w, b, eps=1e-5, return_stats=True)[0]
     np.testing.assert_array_equal(y.astype(np.float64), want.astype(np.float64))
 
@@ -310,12 +309,11 @@ def test_fast_path_takes_parameters_of_the_inputs_dtype(isa, rng, dtype):
     x, r = _data(rng, (6, 45), dt), _data(rng, (6, 45), dt)
     w16, b16 = _data(rng, 45, dt, c=1.0), _data(rng, 45, dt)
     w32, b32 = w16.astype(F32), b16.astype(F32)
-    fmt = _add_norm.storage_format(dt)
     for rms in (False, True):
         b_16, b_32 = (None, None) if rms else (b16, b32)
-        got = _core.add_norm_fast(x, r, w16, b_16, 1e-5, None, None, -1, False, fmt, rms)
+        got = _core.add_norm_fast(x, r, w16, b_16, 1e-5, None, None, -1, False, rms)
         assert got is not None
-        want = _core.add_norm_fast(x, r, w32, b_32, 1e-5, None, None, -1, False, fmt, rms)
+        want = _core.add_norm_fast(x, r, w32, b_32, 1e-5, None, None, -1, False, rms)
         for g, wnt in zip(got, want):
             np.testing.assert_array_equal(_bits(g), _bits(wnt))
     y16 = fastln.layer_norm(x, w16, b16)
@@ -344,11 +342,10 @@ def test_fast_path_declines_what_it_cannot_do(rng):
     w32 = np.ones(16, np.float32)
     ro = np.zeros_like(x)
     ro.flags.writeable = False
-    N = _core.NATIVE
 
     def fast(x=x, r=r, w=None, b=None, eps=1e-5, out=None, hout=None, axis=-1, stats=False,
-             fmt=N, rms=False):
-        return _core.add_norm_fast(x, r, w, b, eps, out, hout, axis, stats, fmt, rms)
+             rms=False):
+        return _core.add_norm_fast(x, r, w, b, eps, out, hout, axis, stats, rms)
 
     assert fast() is not None
     declined = [
@@ -368,10 +365,10 @@ def test_fast_path_declines_what_it_cannot_do(rng):
         fast(stats=True),
         fast(eps=-1.0),
         fast(eps=1),  # an int: the general path converts it
-        fast(x=x.astype(np.float16), r=r.astype(np.float16)),  # 2-byte x, format NATIVE
-        fast(fmt=_core.FLOAT16),  # 4-byte x called float16
-        fast(x=x.astype(np.float16), r=r.astype(np.float16), w=np.ones(16, np.float64),
-             fmt=_core.FLOAT16),  # 16-bit x takes float32 or float16 parameters here
+        fast(x=x.astype(np.int16), r=r.astype(np.int16)),  # a 2-byte dtype that is not a float
+        # 16-bit x takes float32 parameters or its own dtype's here
+        fast(x=x.astype(np.float16), r=r.astype(np.float16), w=np.ones(16, np.float64)),
+        fast(x=x.astype(np.float16), r=r.astype(np.float16), w=np.ones(16, np.uint16)),
         fast(x=x.view(_Sub), r=r),  # a subclass
     ]
     assert all(d is None for d in declined)

@@ -172,6 +172,12 @@ int fastln_add_rms_norm_bf16(const uint16_t *x, int64_t ldx, const uint16_t *res
                              const float *weight, float *rstd, int64_t rows, int64_t cols,
                              double eps);
 
+/* Widen n float16 (f16) or bfloat16 (bf16) values to float32, exactly: the 16-bit calls above take
+ * weight and bias as float32, so a model stored in 16 bits widens its parameters once with these.
+ * src and dst must not overlap. FASTLN_ERR_BAD_SHAPE if n < 0. */
+int fastln_f16_to_f32(const uint16_t *src, float *dst, int64_t n);
+int fastln_bf16_to_f32(const uint16_t *src, float *dst, int64_t n);
+
 /* A short English sentence for a status code; never NULL. */
 const char *fastln_status_string(int status);
 

@@ -81,6 +81,14 @@ int main(void) {
   expect(fastln_rms_norm_backward_bf16_ld(x16, 8, NULL, 8, r, NULL, dx16, 8, dw, 1, 8),
          FASTLN_ERR_NULL_POINTER, "bf16 rms backward NULL x");
 
+  float w32[8];
+  expect(fastln_f16_to_f32(x16, w32, 8), FASTLN_OK, "f16 widen valid");
+  expect(w32[0] == 1.0f && w32[7] == 8.0f, 1, "f16 widen values");
+  expect(fastln_bf16_to_f32(x16, w32, -1), FASTLN_ERR_BAD_SHAPE, "bf16 widen n < 0");
+  expect(fastln_bf16_to_f32(NULL, w32, 8), FASTLN_ERR_NULL_POINTER, "bf16 widen NULL src");
+  expect(fastln_f16_to_f32(x16, NULL, 8), FASTLN_ERR_NULL_POINTER, "f16 widen NULL dst");
+  expect(fastln_f16_to_f32(NULL, NULL, 0), FASTLN_OK, "f16 widen of nothing");
+
   expect(fastln_set_isa("bogus"), FASTLN_ERR_UNKNOWN_ISA, "set_isa(bogus)");
   expect(fastln_set_isa("scalar"), FASTLN_OK, "set_isa(scalar)");
   expect(strcmp(fastln_isa(), "scalar"), 0, "isa() is scalar");

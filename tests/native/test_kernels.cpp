@@ -615,6 +615,33 @@ void CheckBackward(const Isa &isa, const char *kname, Fn fn) {
     RunBackwardCase<St, op>(isa, kname, fn, n, kHardRows, 17 + n, "hard rows");
 }
 
+// Every 16-bit pattern (subnormals, Inf and NaN among them), from several start offsets and at
+// lengths that end in a vector tail, widened against the reference decoder, bit for bit (signed
+// zeros too); NaN stays NaN, and nothing is written past n.
+template <class St>
+void CheckWiden(const Isa &isa, const char *kname, fastln::WidenFn fn) {
+  std::vector<uint16_t> src(65536 + 8);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = uint16_t(i);
+  std::vector<float> dst(src.size() + 1);
+  for (int64_t off : {0, 1, 3, 7}) {
+    for (int64_t n : {int64_t(0), int64_t(1), int64_t(7), int64_t(17), int64_t(65536)}) {
+      dst.assign(dst.size(), -7.0f);
+      fn(src.data() + off, dst.data(), n);
+      int64_t bad = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const float want = float(St::Dec(src[off + i])), got = dst[i];
+        if (want != want) {
+          bad += got == got;
+        } else {
+          bad += memcmp(&want, &got, sizeof(float)) != 0;
+        }
+      }
+      Expect(bad == 0 && dst[n] == -7.0f, "%s: %s offset %lld n=%lld: %lld values wrong, or a "
+             "write past n", isa.name, kname, (long long)off, (long long)n, (long long)bad);
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Every field of KernelTable and its check. Ops land from separate branches in any order, so each
 // check compiles only when its field exists; the static_assert below fails when a field has none.
@@ -652,6 +679,8 @@ FASTLN_KERNEL(add_rms_norm_f32, CheckAddNorm<Native<float>, kRms>)
 FASTLN_KERNEL(add_rms_norm_f64, CheckAddNorm<Native<double>, kRms>)
 FASTLN_KERNEL(add_rms_norm_f16, CheckAddNorm<F16, kRms>)
 FASTLN_KERNEL(add_rms_norm_bf16, CheckAddNormBF16<kRms>)
+FASTLN_KERNEL(widen_f16, CheckWiden<F16>)
+FASTLN_KERNEL(widen_bf16, CheckWiden<BF16>)
 
 struct KernelCheck {
   const char *name;
@@ -670,6 +699,7 @@ constexpr KernelCheck kKernels[] = {
     FASTLN_ENTRY(add_layer_norm_f16),      FASTLN_ENTRY(add_layer_norm_bf16),
     FASTLN_ENTRY(add_rms_norm_f32),        FASTLN_ENTRY(add_rms_norm_f64),
     FASTLN_ENTRY(add_rms_norm_f16),        FASTLN_ENTRY(add_rms_norm_bf16),
+    FASTLN_ENTRY(widen_f16),               FASTLN_ENTRY(widen_bf16),
 };
 constexpr size_t CoveredFields() {
   size_t k = 0;
