@@ -266,7 +266,7 @@ def test_core_rejects_unsafe_residual_calls():
 def test_fast_path_matches_general_path(isa, rng, op, dtype):
     # The common call is checked in C (_core.add_norm_fast); return_stats=True takes the Python
     # path. Every way of passing out= and residual_out= gives the same bits on both.
-    from fastln import _add_norm, _core
+    from fastln import _core
 
     dt = _half(dtype) if dtype in ("float16", "bfloat16") else np.dtype(dtype)
     pdt = F32 if dt.itemsize == 2 else dt
@@ -303,7 +303,7 @@ def test_fast_path_takes_parameters_of_the_inputs_dtype(isa, rng, dtype):
     # 16-bit weight and bias are widened to float32 by the C-checked path itself (a NumPy cast),
     # not sent down the general path: same bits as float32 parameters, in the forward passes and
     # the backward.
-    from fastln import _add_norm, _core
+    from fastln import _core
 
     dt = _half(dtype)
     x, r = _data(rng, (6, 45), dt), _data(rng, (6, 45), dt)
