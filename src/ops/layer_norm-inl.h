@@ -53,11 +53,15 @@ inline Moments RowMoments(const Src &src, int64_t n, typename Src::T pivot, cons
   while (done < nblocks) {
     const int64_t len = Min(nblocks - done, kChunk);
     V m[kAcc], q[kAcc];
+    // The first step of a chunk: the mean of one value is the value, its M2 zero.
+    if (prefetch) src.Prefetch(pos, kBlock);
     for (int a = 0; a < kAcc; ++a) {
-      m[a] = S::Zero();
+      m[a] = kShift ? S::Sub(src.Load(pos + a * N), vk) : src.Load(pos + a * N);
       q[a] = S::Zero();
     }
-    for (int64_t j = 0; j < len; ++j, pos += kBlock) {
+    job.Block(done * kBlock);
+    pos += kBlock;
+    for (int64_t j = 1; j < len; ++j, pos += kBlock) {
       if (prefetch) src.Prefetch(pos, kBlock);
       const V r = S::Set(Rcp<T>(j));
       for (int a = 0; a < kAcc; ++a) {
