@@ -261,11 +261,17 @@ cdef inline bint _param_ok(object p, int t, cnp.npy_intp d):
     return _plain(a, t) and cnp.PyArray_NDIM(a) == 1 and cnp.PyArray_DIMS(a)[0] == d
 
 
+cdef inline bint _param16_ok(object p, int t, cnp.npy_intp d):
+    """For 16-bit x of typenum t: p is None or a plain 1-D array of length d, float32 or of x's
+    own dtype (then _widened converts it)."""
+    return _param_ok(p, cnp.NPY_FLOAT32, d) or _param_ok(p, t, d)
+
+
 cdef inline object _widened(object p, int t, int fmt, cnp.npy_intp d):
     """A parameter of 16-bit x's own dtype t, storage format fmt (a plain 1-D array of length d),
-    widened to float32, the kernels' parameter type, by the C API: NumPy's float16 cast cost
-    1.1 us at d = 768, where the general path would cost ~10 us. Anything else is returned as it
-    is."""
+    widened to float32, the kernels' parameter type, in C: NumPy's float16 cast is scalar code
+    (1.1 us at d = 768, more than the layer norm of a row). Anything else is returned as it is.
+    Called once the call is known to take the fast path, so a declined call widens nothing."""
     if p is None or not cnp.PyArray_CheckExact(p):
         return p
     cdef cnp.ndarray a = <cnp.ndarray>p
@@ -297,10 +303,11 @@ cdef inline bint _common_call(object x, object eps, object axis, object return_s
 def layer_norm_fast(x, weight, bias, eps, out, axis, return_stats):
     """fastln.layer_norm for its common call, done here in C; None for any other call.
 
-    Takes: x an exact ndarray, float32 or float64 (16-bit x: see add_norm_fast), native order,
-    aligned, C-contiguous, ndim >= 1, D = x.shape[-1] > 0; axis == -1; return_stats False; eps a float, finite and >= 0; weight and
-    bias None or such 1-D arrays of x's dtype and length D; out None or such an array of x's shape,
-    writeable, that is x itself or does not overlap it. Anything else returns None, and
+    Takes: x an exact ndarray, float32 or float64 (16-bit x goes to add_norm_fast), native
+    order, aligned, C-contiguous, ndim >= 1, D = x.shape[-1] > 0; axis == -1; return_stats
+    False; eps a float, finite and >= 0; weight and bias None or such 1-D arrays of x's dtype and
+    length D; out None or such an array of x's shape, writeable, that is x itself or does not
+    overlap it. Anything else returns None, and
     fastln.layer_norm runs its general path, with its checks and errors. At D = 768 the Python
     checks of that path cost several times the kernel.
     """
@@ -445,12 +452,16 @@ cdef inline int _format_of(cnp.ndarray a, int *p):
     p[0] = cnp.NPY_FLOAT32
     if t == cnp.NPY_FLOAT16:
         return _FLOAT16
+    # Only a legacy user dtype can be bfloat16: NEP 42 dtypes (numpy-quaddtype, ...) all have
+    # typenum -1, which must never match the cache before it is filled.
+    if t < NPY_USERDEF or cnp.PyArray_ITEMSIZE(a) != 2:
+        return -1
     if t == _bf16_type:
         return _BFLOAT16
-    if (_bf16_type < 0 and t >= NPY_USERDEF and cnp.PyArray_ITEMSIZE(a) == 2
-            and a.dtype.name == "bfloat16"):
+    if _bf16_type < 0 and a.dtype.name == "bfloat16":
         # A registered dtype keeps its typenum for the life of the process: the name (a Python
-        # attribute lookup, ~0.5 us) is read once.
+        # attribute lookup, ~0.5 us) is read once. A second dtype of that name (an older
+        # TensorFlow or JAX registered their own) still works, through the general path.
         _bf16_type = t
         return _BFLOAT16
     return -1
@@ -487,13 +498,13 @@ def norm_backward_fast(dy, x, mean, rstd, weight, axis, bint center):
         if cnp.PyArray_DIMS(da)[i] != cnp.PyArray_DIMS(xa)[i]:
             return None
     cdef cnp.npy_intp d = cnp.PyArray_DIMS(xa)[nd - 1]
-    if p != t:
-        weight = _widened(weight, t, fmt, d)
-    if d <= 0 or not _param_ok(weight, p, d):
+    if d <= 0 or not (_param_ok(weight, p, d) if p == t else _param16_ok(weight, t, d)):
         return None
     cdef int64_t rows = cnp.PyArray_SIZE(xa) // d
     if rows == 0 or not _stat_ok(rstd, p, xa) or (center and not _stat_ok(mean, p, xa)):
         return None
+    if p != t:
+        weight = _widened(weight, t, fmt, d)
     cdef int flags = 0
     cdef cnp.ndarray dx = _output(nd, cnp.PyArray_DIMS(xa), t, cnp.PyArray_ITEMSIZE(xa), &flags)
     cdef cnp.ndarray dw = None, db = None
@@ -729,10 +740,12 @@ def add_norm_fast(x, residual, weight, bias, eps, out, residual_out, axis, retur
     if nd < 1 or not _plain(xa, t):
         return None
     cdef cnp.npy_intp d = cnp.PyArray_DIMS(xa)[nd - 1]
-    if p != t:
-        weight = _widened(weight, t, fmt, d)
-        bias = _widened(bias, t, fmt, d)
-    if d <= 0 or not _param_ok(weight, p, d) or not _param_ok(bias, p, d):
+    if d <= 0:
+        return None
+    if p == t:
+        if not _param_ok(weight, p, d) or not _param_ok(bias, p, d):
+            return None
+    elif not _param16_ok(weight, t, d) or not _param16_ok(bias, t, d):
         return None
     if rms and bias is not None:
         return None
@@ -775,6 +788,9 @@ def add_norm_fast(x, residual, weight, bias, eps, out, residual_out, axis, retur
         ph = <char *>cnp.PyArray_DATA(ha)
     py = <char *>cnp.PyArray_DATA(ya)
     cdef int64_t rows = cnp.PyArray_SIZE(xa) // d
+    if p != t:
+        weight = _widened(weight, t, fmt, d)
+        bias = _widened(bias, t, fmt, d)
     cdef void *w = NULL if weight is None else cnp.PyArray_DATA(<cnp.ndarray>weight)
     cdef void *b = NULL if bias is None else cnp.PyArray_DATA(<cnp.ndarray>bias)
     cdef int status = 0

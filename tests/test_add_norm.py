@@ -1,5 +1,9 @@
 """layer_norm with residual= (fused residual add) and with float16 / bfloat16 storage, every ISA."""
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -300,9 +304,9 @@ def test_fast_path_matches_general_path(isa, rng, op, dtype):
 
 @pytest.mark.parametrize("dtype", HALF)
 def test_fast_path_takes_parameters_of_the_inputs_dtype(isa, rng, dtype):
-    # 16-bit weight and bias are widened to float32 by the C-checked path itself (a NumPy cast),
-    # not sent down the general path: same bits as float32 parameters, in the forward passes and
-    # the backward.
+    # 16-bit weight and bias are widened to float32 by the C-checked path itself (in C), not sent
+    # down the general path: same bits as float32 parameters, in the forward passes and the
+    # backward. layer_norm's own entry takes 16-bit x too.
     from fastln import _core
 
     dt = _half(dtype)
@@ -318,6 +322,12 @@ def test_fast_path_takes_parameters_of_the_inputs_dtype(isa, rng, dtype):
             np.testing.assert_array_equal(_bits(g), _bits(wnt))
     y16 = fastln.layer_norm(x, w16, b16)
     np.testing.assert_array_equal(_bits(y16), _bits(fastln.layer_norm(x, w32, b32)))
+    got = _core.layer_norm_fast(x, w16, b16, 1e-5, None, -1, False)
+    assert got is not None
+    np.testing.assert_array_equal(_bits(got), _bits(y16))
+    got = _core.add_norm_fast(x, None, w16, None, 1e-5, None, None, -1, False, True)
+    assert got is not None
+    np.testing.assert_array_equal(_bits(got), _bits(fastln.rms_norm(x, w32)))
     _, mean, rstd = fastln.layer_norm(x, w32, b32, return_stats=True)
     dy = _data(rng, (6, 45), dt)
     got = _core.norm_backward_fast(dy, x, mean, rstd, w16, -1, True)
@@ -342,6 +352,7 @@ def test_fast_path_declines_what_it_cannot_do(rng):
     w32 = np.ones(16, np.float32)
     ro = np.zeros_like(x)
     ro.flags.writeable = False
+    x16, r16, buf16 = x.astype(np.float16), r.astype(np.float16), buf.astype(np.float16)
 
     def fast(x=x, r=r, w=None, b=None, eps=1e-5, out=None, hout=None, axis=-1, stats=False,
              rms=False):
@@ -366,15 +377,57 @@ def test_fast_path_declines_what_it_cannot_do(rng):
         fast(eps=-1.0),
         fast(eps=1),  # an int: the general path converts it
         fast(x=x.astype(np.int16), r=r.astype(np.int16)),  # a 2-byte dtype that is not a float
-        # 16-bit x takes float32 parameters or its own dtype's here
-        fast(x=x.astype(np.float16), r=r.astype(np.float16), w=np.ones(16, np.float64)),
-        fast(x=x.astype(np.float16), r=r.astype(np.float16), w=np.ones(16, np.uint16)),
+        # 16-bit x takes float32 parameters or plain ones of its own dtype here
+        fast(x=x16, r=r16, w=np.ones(16, np.float64)),
+        fast(x=x16, r=r16, w=np.ones(16, np.uint16)),
+        fast(x=x16, r=r16, w=np.ones(32, np.float16)[::2]),  # not contiguous
+        fast(x=x16, r=r16, w=np.ones(15, np.float16)),  # another length
+        fast(x=x16, r=r16, b=np.ones(16, np.dtype(">f2"))),  # byte-swapped
+        fast(x=x16, r=None, w=np.ones((1, 16), np.float16)),  # 2-D
+        fast(x=buf16[:4], r=None, out=buf16[1:]),  # 16-bit out overlapping x partly
         fast(x=x.view(_Sub), r=r),  # a subclass
     ]
     assert all(d is None for d in declined)
+    try:
+        import ml_dtypes
+    except ImportError:
+        ml_dtypes = None
+    if ml_dtypes is not None:  # a weight of the other 16-bit dtype
+        bf = np.dtype(ml_dtypes.bfloat16)
+        assert fast(x=x16, r=r16, w=np.ones(16, bf)) is None
+        assert fast(x=x16.astype(bf), r=r16.astype(bf), w=np.ones(16, np.float16)) is None
     # ... and the public functions still give the right answer for those calls.
     y, h = fastln.layer_norm(buf[:4], residual=buf[1:], residual_out=buf[1:])
     assert np.isfinite(y).all()
+
+
+def test_new_style_dtypes_are_refused():
+    # NEP 42 dtypes all have typenum -1. A fresh process, so that no bfloat16 array has been seen
+    # (the C entries learn bfloat16's typenum from the first one): a 16-byte quad-precision x was
+    # once taken as bfloat16 there, and out= got bfloat16 bits written into it.
+    pytest.importorskip("numpy_quaddtype")
+    code = """
+import numpy as np, numpy_quaddtype, fastln
+from fastln import _core
+x = np.ones((2, 8), dtype=numpy_quaddtype.QuadPrecDType())
+out = np.zeros_like(x)
+assert _core.layer_norm_fast(x, None, None, 1e-5, out, -1, False) is None
+assert _core.add_norm_fast(x, None, None, None, 1e-5, None, None, -1, False, True) is None
+assert _core.norm_backward_fast(x, x, None, None, None, -1, True) is None
+for call in (lambda: fastln.layer_norm(x), lambda: fastln.layer_norm(x, out=out),
+             lambda: fastln.rms_norm(x), lambda: fastln.layer_norm(x, residual=x)):
+    try:
+        call()
+    except TypeError:
+        pass
+    else:
+        raise AssertionError("no TypeError")
+assert (out == 0).all()
+print("ok")
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
+                       cwd=os.path.dirname(os.path.dirname(fastln.__file__)))
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
 
 
 def test_residual_matches_torch(isa, rng):

@@ -105,6 +105,18 @@ def test_out_and_in_place(isa, rng, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_negative_zero_rows_do_not_depend_on_the_isa(isa, dtype):
+    # A row of -0.0 has mean +0.0 and y = -0.0 on every ISA, whatever the number of Welford steps
+    # per lane (lengths of one block of each ISA's accumulators: 4, 16, 32, 64) and the tail.
+    for cols in (1, 3, 4, 8, 16, 17, 32, 33, 64, 65, 128):
+        x = np.full((2, cols), -0.0, dtype)
+        y, mean, rstd = fastln.layer_norm(x, return_stats=True)
+        assert not np.signbit(mean).any(), cols
+        assert (y == 0).all() and np.signbit(y).all(), cols
+        np.testing.assert_array_equal(rstd, np.full(2, 1 / np.sqrt(1e-5), dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_zero_rows(isa, dtype):
     x = np.empty((0, 16), dtype)
     y = fastln.layer_norm(x)

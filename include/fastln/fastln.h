@@ -172,9 +172,12 @@ int fastln_add_rms_norm_bf16(const uint16_t *x, int64_t ldx, const uint16_t *res
                              const float *weight, float *rstd, int64_t rows, int64_t cols,
                              double eps);
 
-/* Widen n float16 (f16) or bfloat16 (bf16) values to float32, exactly: the 16-bit calls above take
- * weight and bias as float32, so a model stored in 16 bits widens its parameters once with these.
- * src and dst must not overlap. FASTLN_ERR_BAD_SHAPE if n < 0. */
+/* Widen n float16 (f16) or bfloat16 (bf16) values to float32, exactly (a float16 signalling NaN
+ * comes back quiet): the 16-bit calls above take weight and bias as float32, so a model stored in
+ * 16 bits widens its parameters once with these. src and dst must not overlap; they may be NULL
+ * when n is 0. Runs on the active ISA (see fastln_set_isa). Returns FASTLN_OK,
+ * FASTLN_ERR_BAD_SHAPE if n < 0, FASTLN_ERR_NULL_POINTER if n > 0 and a pointer is NULL, or the
+ * ISA status of fastln_init_status. */
 int fastln_f16_to_f32(const uint16_t *src, float *dst, int64_t n);
 int fastln_bf16_to_f32(const uint16_t *src, float *dst, int64_t n);
 

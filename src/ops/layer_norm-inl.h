@@ -53,10 +53,14 @@ inline Moments RowMoments(const Src &src, int64_t n, typename Src::T pivot, cons
   while (done < nblocks) {
     const int64_t len = Min(nblocks - done, kChunk);
     V m[kAcc], q[kAcc];
-    // The first step of a chunk: the mean of one value is the value, its M2 zero.
+    // The first step of a chunk needs no arithmetic (the mean of one value is the value, its M2
+    // zero): on short rows, 4 operations a vector saved on a step of 2 or 3, and a shorter chain
+    // (2048x64 statistics 20.4 -> 16.0 us). + 0 turns -0 into +0, as the step from zero did, so
+    // that a row of -0 has mean +0 whatever its number of steps (which depends on the ISA).
     if (prefetch) src.Prefetch(pos, kBlock);
     for (int a = 0; a < kAcc; ++a) {
-      m[a] = kShift ? S::Sub(src.Load(pos + a * N), vk) : src.Load(pos + a * N);
+      const V d = kShift ? S::Sub(src.Load(pos + a * N), vk) : src.Load(pos + a * N);
+      m[a] = S::Add(d, S::Zero());
       q[a] = S::Zero();
     }
     job.Block(done * kBlock);
