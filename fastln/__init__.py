@@ -51,6 +51,7 @@ _find_built_package()
 
 from . import _add_norm, _core, _cuda_api, _training  # noqa: E402
 from ._args import (  # noqa: E402
+    apart_from,
     as_float_array,
     check_eps,
     check_out,
@@ -298,6 +299,8 @@ def layer_norm(
         return _cuda_api.layer_norm(x, weight, bias, eps, axis=axis, out=out,
                                     return_stats=return_stats, residual=residual,
                                     residual_out=residual_out)
+    if not isinstance(x, np.ndarray):
+        x = np.asarray(x)  # a list of float16 values is float16 x
     if residual is not None or residual_out is not None or _add_norm.is_16bit(x):
         return _add_norm.norm(
             False, x, weight, bias, eps, axis, out, return_stats, residual, residual_out
@@ -319,6 +322,7 @@ def layer_norm(
     b = param(bias, "bias", norm_shape, dt)
     if out is not None:
         check_out(out, x)
+        w, b = apart_from(w, out), apart_from(b, out)
     y = out if out is not None else _core.empty(shape, dt)
     mean: Optional[np.ndarray] = None
     rstd: Optional[np.ndarray] = None

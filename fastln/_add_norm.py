@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _core
-from ._args import F32, F64, check_eps, check_out, param, rows_view, split_axis
+from ._args import F32, F64, apart_from, check_eps, check_out, param, rows_view, split_axis
 
 F16 = np.dtype(np.float16)
 
@@ -107,11 +107,12 @@ def norm(rms, x, weight, bias, eps, axis, out, return_stats, residual, residual_
         if residual.shape != shape:
             raise ValueError(f"residual has shape {residual.shape} but x has shape {shape}")
         if residual_out is not None:
-            check_out(residual_out, x)
+            check_out(residual_out, x, "residual_out")
             if out is not None and np.may_share_memory(out, residual_out):
                 raise ValueError("out and residual_out must not share memory")
     if out is not None:
         check_out(out, x)
+    w, b = apart_from(w, out, residual_out), apart_from(b, out, residual_out)
 
     y = out if out is not None else _core.empty(shape, x.dtype)
     h = None

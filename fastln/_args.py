@@ -25,10 +25,23 @@ def as_float_array(x, what: str) -> np.ndarray:
     if not isinstance(x, np.ndarray):
         x = np.asarray(x)
     if x.dtype not in SUPPORTED:
+        native = x.dtype.newbyteorder("=")
+        if native in SUPPORTED:  # byte-swapped float32/float64: the kernels read native order
+            return x.astype(native)
         raise TypeError(
-            f"{what} has dtype {x.dtype}; fastln supports float32 and float64"
+            f"{what} has dtype {x.dtype}; fastln supports float32, float64, float16 and "
+            "bfloat16 (ml_dtypes)"
         )
     return x
+
+
+def apart_from(p: Optional[np.ndarray], *outputs) -> Optional[np.ndarray]:
+    """Parameter p, or a copy of it when it shares memory with an output: the kernels read weight
+    and bias again for every row, after writing the rows before it (ufuncs likewise read their
+    inputs as if copied)."""
+    if p is not None and any(o is not None and np.may_share_memory(p, o) for o in outputs):
+        return p.copy()
+    return p
 
 
 def normalize_axis(axis, ndim: int) -> int:
@@ -71,7 +84,9 @@ def rows_view(a: np.ndarray, rows: int, cols: int) -> Optional[np.ndarray]:
     """a as a (rows, cols) view with unit inner stride and forward row stride, or None."""
     if a.flags.c_contiguous:
         return a.reshape(rows, cols)
-    if a.ndim == 2 and rows * cols > 0:
+    # A strided 2-D array is its own view only when its axes are the rows and the columns: one
+    # normalized over both (rows == 1, cols == its size) cannot be, and is copied by the caller.
+    if a.shape == (rows, cols) and rows * cols > 0:
         s0, s1 = a.strides
         item = a.itemsize
         if (s1 == item or cols == 1) and s0 % item == 0 and (rows == 1 or s0 >= cols * item):
@@ -79,15 +94,15 @@ def rows_view(a: np.ndarray, rows: int, cols: int) -> Optional[np.ndarray]:
     return None
 
 
-def check_out(out, x: np.ndarray) -> np.ndarray:
+def check_out(out, x: np.ndarray, what: str = "out") -> np.ndarray:
     if not isinstance(out, np.ndarray):
-        raise TypeError(f"out must be a numpy.ndarray, not {type(out).__name__}")
+        raise TypeError(f"{what} must be a numpy.ndarray, not {type(out).__name__}")
     if out.dtype != x.dtype:
-        raise TypeError(f"out has dtype {out.dtype} but x has dtype {x.dtype}")
+        raise TypeError(f"{what} has dtype {out.dtype} but x has dtype {x.dtype}")
     if out.shape != x.shape:
-        raise ValueError(f"out has shape {out.shape} but x has shape {x.shape}")
+        raise ValueError(f"{what} has shape {out.shape} but x has shape {x.shape}")
     if not out.flags.writeable:
-        raise ValueError("out is read-only")
+        raise ValueError(f"{what} is read-only")
     return out
 
 

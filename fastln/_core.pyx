@@ -345,6 +345,8 @@ def layer_norm_fast(x, weight, bias, eps, out, axis, return_stats):
         py = <char *>cnp.PyArray_DATA(ya)
         if py != px and py < px + nbytes and px < py + nbytes:
             return None
+        if not _param_apart(weight, py, nbytes) or not _param_apart(bias, py, nbytes):
+            return None
     py = <char *>cnp.PyArray_DATA(ya)
     cdef int64_t rows = cnp.PyArray_SIZE(xa) // d
     cdef void *w = NULL if weight is None else cnp.PyArray_DATA(<cnp.ndarray>weight)
@@ -713,6 +715,15 @@ cdef inline bint _apart(char *a, char *b, cnp.npy_intp nbytes):
     return a + nbytes <= b or b + nbytes <= a
 
 
+cdef inline bint _param_apart(object p, char *o, cnp.npy_intp nbytes):
+    """Parameter p (None or a plain ndarray) does not overlap the output of nbytes at o (NULL:
+    none). The kernels read weight and bias for every row, after writing the rows before it."""
+    if p is None or o == NULL:
+        return True
+    cdef char *a = <char *>cnp.PyArray_DATA(<cnp.ndarray>p)
+    return a + cnp.PyArray_NBYTES(<cnp.ndarray>p) <= o or o + nbytes <= a
+
+
 def add_norm_fast(x, residual, weight, bias, eps, out, residual_out, axis, return_stats,
                   bint rms):
     """fastln.layer_norm (rms: rms_norm) with residual= or 16-bit x, and rms_norm's common call,
@@ -774,6 +785,9 @@ def add_norm_fast(x, residual, weight, bias, eps, out, residual_out, axis, retur
         if ((ph != px and not _apart(ph, px, nbytes)) or (ph != pr and not _apart(ph, pr, nbytes))
                 or (out is not None and not _apart(ph, py, nbytes))):
             return None
+    if (not _param_apart(weight, py, nbytes) or not _param_apart(bias, py, nbytes)
+            or not _param_apart(weight, ph, nbytes) or not _param_apart(bias, ph, nbytes)):
+        return None
     # New outputs come from the output cache; PyArray_EMPTY takes a user dtype's typenum too
     # (ml_dtypes registers bfloat16). Whether their pages are fresh (flags) is not passed on: the
     # fused kernels have no such flag.

@@ -18,6 +18,7 @@ from . import _add_norm, _core
 from ._args import (
     F32,
     SUPPORTED,
+    apart_from,
     as_float_array,
     check_eps,
     check_out,
@@ -103,6 +104,8 @@ def rms_norm(
     >>> fastln.rms_norm(x, eps=0.0).round(4)
     array([[0.8485, 1.1314]], dtype=float32)
     """
+    if not isinstance(x, np.ndarray):
+        x = np.asarray(x)  # a list of float16 values is float16 x
     if residual is not None or residual_out is not None or _add_norm.is_16bit(x):
         return _add_norm.norm(
             True, x, weight, None, eps, axis, out, return_stats, residual, residual_out
@@ -114,6 +117,7 @@ def rms_norm(
     w = param(weight, "weight", norm_shape, dt)
     if out is not None:
         check_out(out, x)
+        w = apart_from(w, out)
     y = out if out is not None else _core.empty(x.shape, dt)
     rstd = np.empty(x.shape[:ax], dtype=dt) if return_stats else None
     if rows > 0:
@@ -132,6 +136,8 @@ def _backward(dy, x, mean, rstd, weight, axis, center: bool):
     got = _core.norm_backward_fast(dy, x, mean, rstd, weight, axis, center)
     if got is not None:
         return got
+    x = x if isinstance(x, np.ndarray) else np.asarray(x)
+    dy = dy if isinstance(dy, np.ndarray) else np.asarray(dy)
     if _add_norm.is_16bit(x) or _add_norm.is_16bit(dy):
         # float16 and bfloat16 dy and x go to the kernels as they are (widened in registers, dx
         # rounded once); the statistics, weight and gradients are float32.

@@ -961,3 +961,20 @@ def test_half_modules(isa, rng, name):
         np.testing.assert_array_equal(_bits(y), _bits(y2))
         dx = mod.backward(np.ones_like(x))
         assert dx.dtype == dt and mod.grad_weight.dtype == F32
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+def test_parameters_sharing_memory_with_the_outputs(isa, rng, dtype):
+    # weight a row of residual while h is written over residual, bias a row of out: both read as
+    # if copied (the kernels read them again for every row, after writing the rows before).
+    dt = np.dtype(dtype)
+    x, r = _data(rng, (4, 8), dt), _data(rng, (4, 8), dt, c=1.0)
+    out = _data(rng, (4, 8), dt)
+    w, b = r[0].copy(), out[1].copy()
+    want_y, want_h = fastln.layer_norm(x, w, b, residual=r)
+    y, h = fastln.layer_norm(x, r[0], out[1], residual=r, residual_out=r, out=out)
+    assert y is out and h is r
+    np.testing.assert_array_equal(_bits(h) if dt.itemsize == 2 else h,
+                                  _bits(want_h) if dt.itemsize == 2 else want_h)
+    np.testing.assert_array_equal(_bits(y) if dt.itemsize == 2 else y,
+                                  _bits(want_y) if dt.itemsize == 2 else want_y)

@@ -272,3 +272,63 @@ def test_subnormal_float64_rows(isa, rng):
     y = fastln.layer_norm(x, eps=0.0)
     assert np.isfinite(y).all()
     np.testing.assert_allclose(y, ref.layer_norm(x * 1e300, eps=0.0), rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_strided_2d_normalized_over_both_axes(isa, rng, dtype):
+    # A 2-D strided view normalized over both of its axes (axis=0) is one row of all its values,
+    # not its rows one by one: allocating, in place, and into another strided array.
+    base = _data(rng, (4, 8), dtype, c=1.0)
+    want = ref.layer_norm(base[:, :3], None, None, 1e-5, axis=0)
+    _check(fastln.layer_norm(base[:, :3], axis=0), want, dtype)
+    _check(fastln.layer_norm(base[::-1], axis=-2),
+           ref.layer_norm(base[::-1], None, None, 1e-5, axis=-2), dtype)
+    out = np.zeros((4, 8), dtype)
+    fastln.layer_norm(base[:, :3], axis=0, out=out[:, 2:5])
+    _check(out[:, 2:5], want, dtype)
+    v = base.copy()[:, :3]
+    fastln.layer_norm(v, axis=0, out=v)
+    _check(v, want, dtype)
+    _check(fastln.rms_norm(base[:, :3], axis=0), ref.rms_norm(base[:, :3], None, 1e-6, axis=0),
+           dtype)
+    _check(fastln.LayerNorm((4, 3), dtype=dtype)(base[:, :3]), want, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_parameters_sharing_memory_with_out(isa, rng, dtype):
+    # Weight or bias may be a view of out (or of x written in place): read as if copied, as a
+    # ufunc reads its inputs, not after the rows before have overwritten them.
+    x = _data(rng, (4, 8), dtype)
+    for fast in (True, False):  # C-contiguous out takes the C-checked path; a strided one not
+        out = _data(rng, (4, 16), dtype, c=1.0)
+        o = out[:, :8].copy() if fast else out[:, ::2]
+        w, b = o[0].copy(), o[1].copy()
+        got = fastln.layer_norm(x, o[0], o[1], out=o)
+        _check(got, ref.layer_norm(x, w, b, 1e-5), dtype)
+        o = out[:, :8].copy() if fast else out[:, ::2]
+        w = o[2].copy()
+        _check(fastln.rms_norm(x, o[2], out=o), ref.rms_norm(x, w, 1e-6), dtype)
+    xc = x.copy()
+    w = xc[0].copy()
+    _check(fastln.layer_norm(xc, xc[0], out=xc), ref.layer_norm(x, w, None, 1e-5), dtype)
+
+
+def test_byte_swapped_and_list_inputs(isa, rng):
+    x = _data(rng, (3, 17), np.float32)
+    y = fastln.layer_norm(x.astype(">f4"))
+    assert y.dtype == np.float32
+    np.testing.assert_array_equal(y, fastln.layer_norm(x))
+    y16 = fastln.layer_norm([list(r) for r in x.astype(np.float16)])
+    assert y16.dtype == np.float16
+    np.testing.assert_array_equal(y16, fastln.layer_norm(x.astype(np.float16)))
+    with pytest.raises(TypeError, match="float16 and bfloat16"):
+        fastln.layer_norm(np.ones(3, np.int32))
+
+
+def test_constant_row_with_eps_zero(isa):
+    # Variance 0 and eps 0: y is 0 / 0 (NaN, as in torch), and the mean is the row's value even
+    # where sum / n rounds away from it (0.1 * 3 / 3 is 0.10000000000000002).
+    for dtype in DTYPES:
+        x = np.full((1, 3), 0.1, dtype)
+        y, mean, rstd = fastln.layer_norm(x, eps=0.0, return_stats=True)
+        assert np.isnan(y).all() and mean[0] == x[0, 0] and np.isinf(rstd[0])

@@ -310,14 +310,17 @@ inline void ExactRow(const typename St::E *x, typename St::E *y, int64_t n,
     ss += d * d;
     comp += d;
   }
-  // Two-pass with the compensation term of the corrected two-pass algorithm (Chan, Golub, LeVeque).
+  // Two-pass with the compensation term of the corrected two-pass algorithm (Chan, Golub, LeVeque),
+  // which also corrects the mean: ms is sum / n rounded, and a constant row then has x != ms (with
+  // eps = 0, y = (x - ms) / 0 came out -Inf beside a mean that was not x; now 0 / 0, NaN).
   const double vs = (ss - comp * comp / double(n)) / double(n);
+  const double mc = ms + comp / double(n);
   const double es = eps * s1 * s1 * s2 * s2;  // eps in the scaled units
-  *mean_out = ms / s1 / s2;
+  *mean_out = mc / s1 / s2;
   if (IsFinite(es)) {
-    const double f = 1.0 / Sqrt(vs + es);  // (x*s1*s2 - ms) * f == (x - mean) * rstd
+    const double f = 1.0 / Sqrt(vs + es);  // (x*s1*s2 - mc) * f == (x - mean) * rstd
     for (int64_t i = 0; i < n; ++i) {
-      double u = (double(St::ToT(x[i])) * s1 * s2 - ms) * f;
+      double u = (double(St::ToT(x[i])) * s1 * s2 - mc) * f;
       if (w) u *= double(w[i]);
       if (b) u += double(b[i]);
       y[i] = St::FromT(T(u));
@@ -326,7 +329,7 @@ inline void ExactRow(const typename St::E *x, typename St::E *y, int64_t n,
   } else {
     // The values are so small that eps * s^2 overflows: their variance is nothing next to eps.
     const double f = 1.0 / Sqrt(eps);
-    const double mean = ms / s1 / s2;
+    const double mean = mc / s1 / s2;
     for (int64_t i = 0; i < n; ++i) {
       double u = (double(St::ToT(x[i])) - mean) * f;
       if (w) u *= double(w[i]);
