@@ -160,6 +160,8 @@ def set_isa(name: Optional[str]) -> None:
     """
     if name is not None and not isinstance(name, str):
         raise TypeError(f"ISA name must be a str or None, not {type(name).__name__}")
+    if name is not None and "\0" in name:  # C would read "avx2\0junk" as "avx2"
+        raise ValueError(f"unknown ISA {name!r}; known: {', '.join(_ISAS)}")
     status = _core.set_isa(name)
     if status == _core.UNKNOWN_ISA:
         raise ValueError(f"unknown ISA {name!r}; known: {', '.join(_ISAS)}")

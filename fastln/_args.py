@@ -55,6 +55,8 @@ def normalize_axis(axis, ndim: int) -> int:
 
 
 def check_eps(eps) -> float:
+    if isinstance(eps, (str, bytes)):  # float() would parse it; torch and NumPy refuse one
+        raise TypeError(f"eps must be a real number, not {type(eps).__name__}")
     try:
         e = float(eps)
     except (TypeError, ValueError):

@@ -219,8 +219,8 @@ class _NormModule:
     """What LayerNorm and RMSNorm share: parameters, shape checks, and forward/backward state."""
 
     def __init__(self, normalized_shape, eps, elementwise_affine, bias, dtype) -> None:
-        if isinstance(normalized_shape, (int, np.integer)):
-            normalized_shape = (int(normalized_shape),)
+        if isinstance(normalized_shape, (int, np.integer)) or np.ndim(normalized_shape) == 0:
+            normalized_shape = (operator.index(normalized_shape),)  # 8, np.int64(8), np.array(8)
         self.normalized_shape: Tuple[int, ...] = tuple(operator.index(d) for d in normalized_shape)
         if len(self.normalized_shape) == 0 or any(d <= 0 for d in self.normalized_shape):
             raise ValueError(f"normalized_shape must be non-empty and positive, got {normalized_shape}")

@@ -59,6 +59,15 @@ def test_bad_eps(eps):
         fastln.layer_norm(X, eps=eps)
 
 
+@pytest.mark.parametrize("eps", ["1e-5", b"1e-5", None, [1e-5]])
+def test_eps_of_another_type(eps):
+    # float() would parse a string; like torch and NumPy, fastln refuses one.
+    with pytest.raises(TypeError, match="eps"):
+        fastln.layer_norm(X, eps=eps)
+    with pytest.raises(TypeError, match="eps"):
+        fastln.rms_norm(X, eps=eps)
+
+
 def test_eps_zero_allowed():
     y = fastln.layer_norm(np.arange(8, dtype=np.float64).reshape(1, 8), eps=0.0)
     assert np.isclose(y.std(), 1.0)
@@ -73,6 +82,19 @@ def test_zero_size_normalized_dims(shape, axis):
 def test_scalar_input():
     with pytest.raises((ValueError, AxisError)):
         fastln.layer_norm(np.float32(1.0))
+
+
+def test_set_isa_name_with_a_nul():
+    # C reads "avx2\0junk" as "avx2"; the name as given is unknown.
+    with pytest.raises(ValueError, match="unknown ISA"):
+        fastln.set_isa("avx2\0junk")
+
+
+def test_module_shape_as_a_0d_array():
+    assert fastln.LayerNorm(np.array(8)).normalized_shape == (8,)
+    assert fastln.RMSNorm(np.int64(8)).normalized_shape == (8,)
+    with pytest.raises(TypeError):
+        fastln.LayerNorm(8.0)
 
 
 def test_set_isa_errors():
