@@ -66,11 +66,20 @@ def check_eps(eps) -> float:
     return e
 
 
+def as_real(p) -> np.ndarray:
+    """p as an ndarray; bfloat16 (ml_dtypes, not a NumPy float kind) widened to float32, exactly,
+    so that a weight or bias of it is taken wherever a float16 one is."""
+    a = p if isinstance(p, np.ndarray) else np.asarray(p)
+    if a.dtype.itemsize == 2 and a.dtype.name == "bfloat16":
+        a = a.astype(F32)
+    return a
+
+
 def param(p, name: str, shape: tuple, dtype: np.dtype) -> Optional[np.ndarray]:
     """weight/bias as a contiguous 1-D array of x's dtype, or None."""
     if p is None:
         return None
-    a = p if isinstance(p, np.ndarray) else np.asarray(p)
+    a = as_real(p)
     if a.dtype.kind not in "fiu" or a.dtype.kind == "f" and a.dtype.itemsize > 8:
         raise TypeError(f"{name} has dtype {a.dtype}; expected a real floating dtype")
     if a.shape != shape:
