@@ -11,7 +11,18 @@ from __future__ import annotations
 import numpy as np
 
 from . import _core
-from ._args import F32, F64, apart_from, check_eps, check_out, param, rows_view, split_axis
+from ._args import (
+    F32,
+    F64,
+    apart_from,
+    check_eps,
+    check_out,
+    is_bfloat16,
+    param,
+    rows_view,
+    split_axis,
+    unsupported,
+)
 
 F16 = np.dtype(np.float16)
 
@@ -22,7 +33,7 @@ def storage_format(dtype: np.dtype):
         return _core.NATIVE
     if dtype == F16:
         return _core.FLOAT16
-    if dtype.name == "bfloat16" and dtype.itemsize == 2:
+    if is_bfloat16(dtype):
         return _core.BFLOAT16
     return None
 
@@ -36,19 +47,8 @@ def as_input(x, what: str) -> np.ndarray:
     if not isinstance(x, np.ndarray):
         x = np.asarray(x)
     if storage_format(x.dtype) is None:
-        raise TypeError(
-            f"{what} has dtype {x.dtype}; fastln supports float32, float64, float16 and "
-            "bfloat16 (ml_dtypes)"
-        )
+        raise unsupported(what, x.dtype)
     return x
-
-
-def as_param(p, name: str, shape: tuple, dtype: np.dtype):
-    """_args.param that also takes 16-bit parameters (the input's dtype): they are widened to
-    float32 first, as _args.param accepts real NumPy dtypes only and bfloat16 is not one."""
-    if isinstance(p, np.ndarray) and storage_format(p.dtype) is not None and p.dtype.itemsize == 2:
-        p = p.astype(F32)
-    return param(p, name, shape, dtype)
 
 
 def _same_block(a: np.ndarray, b: np.ndarray) -> bool:
@@ -90,8 +90,8 @@ def norm(rms, x, weight, bias, eps, axis, out, return_stats, residual, residual_
     shape = x.shape
     e = check_eps(eps)
     pdt = x.dtype if fmt == _core.NATIVE else F32  # parameters and statistics
-    w = as_param(weight, "weight", norm_shape, pdt)
-    b = as_param(bias, "bias", norm_shape, pdt)
+    w = param(weight, "weight", norm_shape, pdt)
+    b = param(bias, "bias", norm_shape, pdt)
 
     if residual is None:
         if residual_out is not None:

@@ -28,11 +28,20 @@ def as_float_array(x, what: str) -> np.ndarray:
         native = x.dtype.newbyteorder("=")
         if native in SUPPORTED:  # byte-swapped float32/float64: the kernels read native order
             return x.astype(native)
-        raise TypeError(
-            f"{what} has dtype {x.dtype}; fastln supports float32, float64, float16 and "
-            "bfloat16 (ml_dtypes)"
-        )
+        raise unsupported(what, x.dtype)
     return x
+
+
+def unsupported(what: str, dtype: np.dtype) -> TypeError:
+    return TypeError(
+        f"{what} has dtype {dtype}; fastln supports float32, float64, float16 and bfloat16 "
+        "(ml_dtypes)"
+    )
+
+
+def is_bfloat16(dtype: np.dtype) -> bool:
+    """ml_dtypes.bfloat16, known by name so that ml_dtypes is never imported here."""
+    return dtype.itemsize == 2 and dtype.name == "bfloat16"
 
 
 def apart_from(p: Optional[np.ndarray], *outputs) -> Optional[np.ndarray]:
@@ -70,7 +79,7 @@ def as_real(p) -> np.ndarray:
     """p as an ndarray; bfloat16 (ml_dtypes, not a NumPy float kind) widened to float32, exactly,
     so that a weight or bias of it is taken wherever a float16 one is."""
     a = p if isinstance(p, np.ndarray) else np.asarray(p)
-    if a.dtype.itemsize == 2 and a.dtype.name == "bfloat16":
+    if is_bfloat16(a.dtype):
         a = a.astype(F32)
     return a
 

@@ -267,16 +267,14 @@ cdef inline bint _param16_ok(object p, int t, cnp.npy_intp d):
     return _param_ok(p, cnp.NPY_FLOAT32, d) or _param_ok(p, t, d)
 
 
-cdef inline object _widened(object p, int t, int fmt, cnp.npy_intp d):
-    """A parameter of 16-bit x's own dtype t, storage format fmt (a plain 1-D array of length d),
-    widened to float32, the kernels' parameter type, in C: NumPy's float16 cast is scalar code
-    (1.1 us at d = 768, more than the layer norm of a row). Anything else is returned as it is.
-    Called once the call is known to take the fast path, so a declined call widens nothing."""
-    if p is None or not cnp.PyArray_CheckExact(p):
+cdef inline object _widened(object p, int fmt, cnp.npy_intp d):
+    """A parameter that passed _param16_ok, as the kernels' float32: one of 16-bit x's own dtype
+    (storage format fmt) is widened in C, as NumPy's float16 cast is scalar code (1.1 us at
+    d = 768, more than the layer norm of a row). Called once the call is known to take the fast
+    path, so a declined call widens nothing."""
+    if p is None or cnp.PyArray_TYPE(<cnp.ndarray>p) == cnp.NPY_FLOAT32:
         return p
     cdef cnp.ndarray a = <cnp.ndarray>p
-    if not (_plain(a, t) and cnp.PyArray_NDIM(a) == 1 and cnp.PyArray_DIMS(a)[0] == d):
-        return p
     cdef cnp.ndarray w = cnp.PyArray_EMPTY(1, &d, cnp.NPY_FLOAT32, 0)
     cdef const uint16_t *src = <const uint16_t *>cnp.PyArray_DATA(a)
     cdef float *dst = <float *>cnp.PyArray_DATA(w)
@@ -506,7 +504,7 @@ def norm_backward_fast(dy, x, mean, rstd, weight, axis, bint center):
     if rows == 0 or not _stat_ok(rstd, p, xa) or (center and not _stat_ok(mean, p, xa)):
         return None
     if p != t:
-        weight = _widened(weight, t, fmt, d)
+        weight = _widened(weight, fmt, d)
     cdef int flags = 0
     cdef cnp.ndarray dx = _output(nd, cnp.PyArray_DIMS(xa), t, cnp.PyArray_ITEMSIZE(xa), &flags)
     cdef cnp.ndarray dw = None, db = None
@@ -803,8 +801,8 @@ def add_norm_fast(x, residual, weight, bias, eps, out, residual_out, axis, retur
     py = <char *>cnp.PyArray_DATA(ya)
     cdef int64_t rows = cnp.PyArray_SIZE(xa) // d
     if p != t:
-        weight = _widened(weight, t, fmt, d)
-        bias = _widened(bias, t, fmt, d)
+        weight = _widened(weight, fmt, d)
+        bias = _widened(bias, fmt, d)
     cdef void *w = NULL if weight is None else cnp.PyArray_DATA(<cnp.ndarray>weight)
     cdef void *b = NULL if bias is None else cnp.PyArray_DATA(<cnp.ndarray>bias)
     cdef int status = 0

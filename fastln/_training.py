@@ -156,8 +156,7 @@ def _backward(dy, x, mean, rstd, weight, axis, center: bool):
     stat_shape = x.shape[:ax]
     m = _stat(mean, "mean", stat_shape, len(norm_shape), pdt) if center else None
     r = _stat(rstd, "rstd", stat_shape, len(norm_shape), pdt)
-    # A 16-bit weight only with 16-bit x, as in the forward passes.
-    w = (_add_norm.as_param if pdt != x.dtype else param)(weight, "weight", norm_shape, pdt)
+    w = param(weight, "weight", norm_shape, pdt)
     dx = _core.empty(x.shape, x.dtype)
     dw = np.zeros(norm_shape, dtype=pdt) if w is not None else None
     db = np.zeros(norm_shape, dtype=pdt) if w is not None and center else None

@@ -90,9 +90,10 @@ bool NeonUsable() { return table_neon() != nullptr && CpuHasNeon(); }
 
 // The automatic choice is the first usable entry. AVX-512 comes after AVX2, so it runs only when
 // asked for (FASTLN_ISA=avx512, set_isa): measured on a Sapphire Rapids guest, 1 thread, side by
-// side, it tied AVX2 on layer_norm float32/float64/float16 (0.97-1.07x), won on bfloat16 (1.18-1.25x
-// once AVX2's bfloat16 store skipped the NaN test where it can), and lost on rms_norm (0.45-0.97x) and on short rows whose length is not a multiple of 64
-// (layer_norm 2048x96: 0.58x), where its 64-value blocks leave long remainders.
+// side, it tied AVX2 on layer_norm float32/float64/float16 (0.97-1.07x), won on bfloat16
+// (1.18-1.25x once AVX2's bfloat16 store skipped the NaN test where it can), and lost on rms_norm
+// (0.45-0.97x) and on short rows whose length is not a multiple of 64 (layer_norm 2048x96: 0.58x),
+// where its 64-value blocks leave long remainders.
 const IsaEntry kIsas[] = {
     {"avx2", &table_avx2, &Avx2Usable},
     {"avx512", &table_avx512, &Avx512Usable},
