@@ -35,6 +35,11 @@ IS_ARM64 = MACHINE in ("aarch64", "arm64")
 CXXFLAGS = ["-std=c++17", "-fvisibility=hidden", "-ffp-contract=off"]
 CXXFLAGS += ["-O0", "-g"] if os.environ.get("FASTLN_DEBUG") == "1" else ["-O3"]
 
+# Python's own CFLAGS carry -fwrapv, which reach every extension. The kernels never rely on signed
+# overflow wrapping, and with it GCC 12 kept index arithmetic it could otherwise fold: layer_norm
+# 2048x64 float32 took 34 instead of 30 us in a C++ loop. It is turned off for the kernel files only.
+KERNEL_FLAGS = ["-fno-wrapv"]
+
 # x86-64-v4's AVX-512 subsets (dispatch requires all four), with FMA and F16C.
 AVX512_FLAGS = ["-mavx512f", "-mavx512vl", "-mavx512bw", "-mavx512dq", "-mfma", "-mf16c"]
 
@@ -96,7 +101,7 @@ class BuildExt(build_ext):
                     output_dir=self.build_temp,
                     include_dirs=ext.include_dirs,
                     macros=ext.define_macros,
-                    extra_postargs=CXXFLAGS + flags,
+                    extra_postargs=CXXFLAGS + KERNEL_FLAGS + flags,
                     depends=ext.depends,
                 )
             ext.extra_objects = list(ext.extra_objects or []) + objects

@@ -332,3 +332,96 @@ def test_constant_row_with_eps_zero(isa):
         x = np.full((1, 3), 0.1, dtype)
         y, mean, rstd = fastln.layer_norm(x, eps=0.0, return_stats=True)
         assert np.isnan(y).all() and mean[0] == x[0, 0] and np.isinf(rstd[0])
+
+
+# ---- short rows: a pipeline over rows, and the general path for the rows it does not take --------
+
+SHORT_COLS = [4, 8, 12, 16, 32, 48, 64, 128, 256, 264]
+
+
+def _mixed_rows(rng, rows, cols, dtype):
+    """Ordinary rows with, at fixed places, the rows the short-row pipeline hands to the general
+    path: a large offset (|mean| > 2 std), NaN, +Inf, a constant row."""
+    x = _data(rng, (rows, cols), dtype, c=0.5, s=2.0)
+    special = {}
+    if rows > 0:
+        x[0] = _data(rng, cols, dtype, c=1e4, s=1.0)
+        special[0] = "offset"
+    if rows > 5:
+        x[5, cols // 3] = np.nan
+        special[5] = "nan"
+    if rows > 6:
+        x[6] = 7.25
+        special[6] = "constant"
+    if rows > 10:
+        x[10, -1] = np.inf
+        special[10] = "inf"
+    if rows > 2:
+        x[-1] = _data(rng, cols, dtype, c=-3e3, s=0.5)
+        special[rows - 1] = "offset"
+    return x, special
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("cols", SHORT_COLS)
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 7, 23])
+def test_short_rows_mixed_with_general_rows(isa, rng, dtype, cols, rows):
+    x, special = _mixed_rows(rng, rows, cols, dtype)
+    w, b = _data(rng, cols, dtype), _data(rng, cols, dtype)
+    y, mean, rstd = fastln.layer_norm(x, w, b, return_stats=True)
+    with np.errstate(invalid="ignore"):  # the reference's Inf - Inf
+        ry, rmean, rrstd = ref.layer_norm(x, w, b, return_stats=True)
+    bad = [r for r, kind in special.items() if kind in ("nan", "inf")]
+    good = [r for r in range(rows) if r not in bad]
+    for r in bad:
+        assert np.isnan(y[r]).all() and np.isnan(mean[r]) and np.isnan(rstd[r]), r
+    # Rows at an offset of 1e4 are checked as the accuracy bar above checks them (the float64
+    # reference itself rounds x - mean there).
+    near = [r for r in good if special.get(r) != "offset"]
+    _check(y[near], ry[near], dtype)
+    far = [r for r in good if special.get(r) == "offset"]
+    np.testing.assert_allclose(y[far], ry[far], rtol=0, atol=1e-5 if dtype == np.float32 else 1e-10)
+    rtol = 1e-6 if dtype == np.float32 else 1e-14
+    np.testing.assert_allclose(mean[good], rmean[good], rtol=rtol, atol=rtol)
+    np.testing.assert_allclose(rstd[good], rrstd[good], rtol=rtol)
+    # The same rows one call each: a row's result does not depend on its neighbours.
+    for r in range(rows):
+        np.testing.assert_array_equal(fastln.layer_norm(x[r : r + 1], w, b), y[r : r + 1])
+    # In place, and with out=.
+    xc = x.copy()
+    assert fastln.layer_norm(xc, w, b, out=xc) is xc
+    np.testing.assert_array_equal(xc, y)
+    out = np.empty_like(x)
+    fastln.layer_norm(x, w, b, out=out)
+    np.testing.assert_array_equal(out, y)
+
+
+@pytest.mark.parametrize("cols", [8, 64, 128])
+@pytest.mark.parametrize("target", ["x", "residual", None])
+def test_short_rows_residual_mixed_rows(isa, rng, cols, target):
+    x, _ = _mixed_rows(rng, 23, cols, np.float32)
+    r = _data(rng, x.shape, np.float32)
+    want_y, want_h = fastln.layer_norm(x + r), x + r
+    xc, rc = x.copy(), r.copy()
+    hout = {"x": xc, "residual": rc, None: None}[target]
+    y, h = fastln.layer_norm(xc, residual=rc, residual_out=hout)
+    np.testing.assert_array_equal(h, want_h)
+    np.testing.assert_array_equal(y, want_y)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_short_rows_streamed_output(isa, rng, dtype):
+    # An output of 2 MiB or more (per thread) whose rows are whole cache lines is written with
+    # streaming stores.
+    cols = 64
+    rows = (4 << 20) // (cols * np.dtype(dtype).itemsize) + 3
+    x, special = _mixed_rows(rng, rows, cols, dtype)
+    buf = np.empty(rows * cols + 64, dtype)
+    start = (-buf.ctypes.data % 64) // buf.itemsize
+    out = buf[start : start + rows * cols].reshape(rows, cols)
+    assert out.ctypes.data % 64 == 0
+    fastln.layer_norm(x, out=out)
+    with np.errstate(invalid="ignore"):
+        want = ref.layer_norm(x)
+    good = [r for r in range(rows) if special.get(r) not in ("nan", "inf")]
+    _check(out[good], want[good], dtype)
