@@ -12,7 +12,7 @@ import fastln
 from fastln import _reference as ref
 
 ROWS = [(0, 1), (1e2, 1), (1e4, 1), (1e6, 1), (-1e6, 1), (1e4, 1e-2), (0, 1e-3), (1e30, 1e28)]
-LENGTHS = (768, 65536)
+LENGTHS = (64, 768, 65536)
 
 
 def _torch_ln():

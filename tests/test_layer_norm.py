@@ -155,7 +155,7 @@ def test_constant_rows(isa):
 HARD_ROWS = [(0, 1), (1e2, 1), (1e4, 1), (1e6, 1), (-1e6, 1), (1e4, 1e-2), (0, 1e-3)]
 
 
-@pytest.mark.parametrize("cols", [768, 65536])
+@pytest.mark.parametrize("cols", [64, 768, 65536])
 @pytest.mark.parametrize("c,s", HARD_ROWS)
 def test_accuracy_bar_float32(isa, rng, c, s, cols):
     x = _data(rng, (3, cols), np.float32, c=c, s=s)
