@@ -396,17 +396,61 @@ def test_short_rows_mixed_with_general_rows(isa, rng, dtype, cols, rows):
     np.testing.assert_array_equal(out, y)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("cols", [8, 64, 128])
 @pytest.mark.parametrize("target", ["x", "residual", None])
-def test_short_rows_residual_mixed_rows(isa, rng, cols, target):
-    x, _ = _mixed_rows(rng, 23, cols, np.float32)
-    r = _data(rng, x.shape, np.float32)
-    want_y, want_h = fastln.layer_norm(x + r), x + r
+def test_short_rows_residual_mixed_rows(isa, rng, dtype, cols, target):
+    x, special = _mixed_rows(rng, 23, cols, dtype)
+    r = _data(rng, x.shape, dtype)
+    want_h = x + r
+    want_y = fastln.layer_norm(want_h)
+    with np.errstate(invalid="ignore"):
+        ref_y = ref.layer_norm(want_h)
+    near = [k for k in range(23) if k not in special]
+    _check(want_y[near], ref_y[near], dtype)
     xc, rc = x.copy(), r.copy()
     hout = {"x": xc, "residual": rc, None: None}[target]
     y, h = fastln.layer_norm(xc, residual=rc, residual_out=hout)
     np.testing.assert_array_equal(h, want_h)
     np.testing.assert_array_equal(y, want_y)
+    # y written over an input while h goes to the other one, or to a new array.
+    xc, rc = x.copy(), r.copy()
+    out, hout = {"x": (xc, rc), "residual": (rc, xc), None: (rc, None)}[target]
+    y, h = fastln.layer_norm(xc, residual=rc, out=out, residual_out=hout)
+    np.testing.assert_array_equal(h, want_h)
+    np.testing.assert_array_equal(y, want_y)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_short_rows_do_not_depend_on_threads_or_where_out_lies(isa, rng, dtype):
+    # Outputs large enough that each of two threads streams y (2 MiB a thread or more), with y
+    # aligned to a cache line or not: short rows (up to 1024 bytes with AVX-512) must come out the
+    # same bit for bit, streamed or not, at any thread count, in any number of rows, rows near and
+    # far from zero alike.
+    item = np.dtype(dtype).itemsize
+    for cols in (256 // item, 512 // item, 1024 // item):
+        rows = (5 << 20) // (cols * item)
+        x = _data(rng, (rows, cols), dtype, c=0.5, s=2.0)
+        x[::7] += 1e3
+        w, b = _data(rng, cols, dtype), _data(rng, cols, dtype)
+        fastln.set_num_threads(1)
+        try:
+            want = fastln.layer_norm(x, w, b)
+            buf = np.empty(rows * cols + 64, dtype)
+            start = (-buf.ctypes.data % 64) // item
+            for threads in (1, 2):
+                fastln.set_num_threads(threads)
+                for shift in (0, 1):
+                    out = buf[start + shift : start + shift + rows * cols].reshape(rows, cols)
+                    assert (out.ctypes.data % 64 == 0) == (shift == 0)
+                    fastln.layer_norm(x, w, b, out=out)
+                    np.testing.assert_array_equal(out, want)
+                np.testing.assert_array_equal(fastln.layer_norm(x, w, b), want)
+        finally:
+            fastln.set_num_threads(0)
+        for r in (0, 1, 5, rows - 1):
+            np.testing.assert_array_equal(fastln.layer_norm(x[r : r + 1], w, b), want[r : r + 1])
+        np.testing.assert_allclose(want[1:7], ref.layer_norm(x[1:7], w, b), rtol=0, atol=TOL[dtype])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

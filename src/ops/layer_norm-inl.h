@@ -474,9 +474,12 @@ void LayerNormRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_
 // The statistics are two passes over the row, the second from L1: its sum, then the squared
 // deviations from that mean, with the deviations' sum correcting both the mean and the variance
 // (the corrected two-pass algorithm; Chan, Golub, LeVeque): on such rows as cheap as Welford's
-// recurrence, and no less accurate. Rows with |mean| above kNear standard deviations, NaN or Inf,
-// or a variance that underflows run the general path.
+// recurrence, and no less accurate, also far from zero: x minus the pass mean is exact there, so
+// rows with |mean| above kNear standard deviations need only the split normalize form, not the
+// general path's second, shifted pass. Rows with NaN or Inf, or a variance that underflows, run
+// the general path.
 constexpr int64_t kShortVecs = 16;
+constexpr double kMaxDouble = 1.7976931348623157e308;
 
 // Whether every row of y is whole cache lines.
 template <class St>
@@ -490,6 +493,40 @@ template <class St>
 inline bool ShortRow(int64_t n) {
   constexpr int64_t N = Simd<typename St::T>::N;
   return n >= N && n % N == 0 && n <= kShortVecs * N;
+}
+
+// y[i..] of a short row in the short form.
+template <class St, bool kW, bool kB, bool kStream>
+inline void ShortStore(const typename St::E *x, typename St::E *y, const typename St::T *w,
+                       const typename St::T *b, typename Simd<typename St::T>::V vr,
+                       typename Simd<typename St::T>::V vc, int64_t i) {
+  using S = Simd<typename St::T>;
+  const typename S::V u = Affine<kW, kB>(S::MulAdd(St::Load(x + i), vr, vc), w, b, i);
+  if (kStream) {
+    St::StoreStream(y + i, u);
+  } else {
+    St::StoreY(y + i, u);
+  }
+}
+
+// A short row the pipeline's short form does not take, out of line (inlined, it cost the hot loop
+// 8% at 2048x64). Far from zero, its two-pass statistics already have their digits (x minus the
+// pass mean is exact there), so only the normalize pass takes the split form. Rows with NaN or
+// Inf, or a variance that underflows, run the general path from scratch.
+template <class St, bool kW, bool kB, bool kStream>
+__attribute__((noinline)) void ShortRowAside(const AddNormArgs<typename St::E, typename St::T> &g,
+                                             int64_t r, double eps, double mean, double var) {
+  using T = typename St::T;
+  if (!(IsFinite(mean) && IsFinite(var) && var + eps >= TinyVar<T>())) {
+    return LayerNormRowsT<St, false, kW, kB, kStream>(g, r, r + 1);
+  }
+  const double rstd = 1.0 / Sqrt(var + eps);
+  const T rs = T(rstd), hi = T(mean), lo = T(mean - double(hi));
+  Normalizer<St, kW, kB, true, kStream>(g.x + r * g.ldx, g.y + r * g.ldy, g.cols, g.weight, g.bias,
+                                        hi, T(-lo * rs), rs)
+      .All();
+  if (g.mean) g.mean[r] = T(mean);
+  if (g.rstd) g.rstd[r] = T(rstd);
 }
 
 template <class St, bool kRes, bool kW, bool kB, bool kStream>
@@ -522,34 +559,36 @@ void ShortRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0
   T m2 = T(0);                             // stage 2's: row r + 2's pass mean,
   V e2 = S::Zero(), q2 = S::Zero();        // its deviations and squares by lanes
   double mean3 = 0.0, var3 = 0.0;          // stage 3's: row r + 1's mean and variance
-  double mean4 = 0.0, rstd4 = 0.0;         // stage 4's: row r's mean and rstd
-  bool ok4 = false;
+  double mean4 = 0.0, var4 = 0.0, rstd4 = 0.0;  // stage 4's: row r's,
+  bool fast4 = false;                           // and whether the short form takes it
   for (int64_t r = r0 - 4; r < r1; ++r) {
     // Stage 5: normalize row r.
     if (r >= r0) {
-      if (ok4) {
+      if (fast4) {
         const V vr = S::Set(T(rstd4)), vc = S::Set(T(-mean4 * rstd4));
         const E *x = xs + r * lds;
         E *y = ys + r * ldy;
-        for (int64_t i = 0; i < n; i += N) {
-          const V u = Affine<kW, kB>(S::MulAdd(St::Load(x + i), vr, vc), w, b, i);
-          if (kStream) {
-            St::StoreStream(y + i, u);
-          } else {
-            St::StoreY(y + i, u);
-          }
+        // Two vectors a step: the compiler's own choice for this loop varied from build to build,
+        // at up to 4 instructions a vector.
+        int64_t i = 0;
+        for (; i + 2 * N <= n; i += 2 * N) {
+          ShortStore<St, kW, kB, kStream>(x, y, w, b, vr, vc, i);
+          ShortStore<St, kW, kB, kStream>(x, y, w, b, vr, vc, i + N);
         }
+        if (i < n) ShortStore<St, kW, kB, kStream>(x, y, w, b, vr, vc, i);
         if (mean_out) mean_out[r] = T(mean4);
         if (rstd_out) rstd_out[r] = T(rstd4);
       } else {
-        LayerNormRowsT<St, false, kW, kB, kStream>(g, r, r + 1);
+        ShortRowAside<St, kW, kB, kStream>(g, r, eps, mean4, var4);
       }
     }
-    // Stage 4: row r + 1's rstd. Every comparison is false for NaN; var3 <= max excludes +Inf.
+    // Stage 4: row r + 1's rstd. The short form takes rows within kNear standard deviations of
+    // zero with a finite variance that does not underflow; every comparison is false for NaN.
     if (r + 1 >= r0 && r + 1 < r1) {
       mean4 = mean3;
-      ok4 = (mean3 * mean3 <= kNear * kNear * var3) & (var3 + eps >= TinyVar<T>()) &
-            (var3 <= __DBL_MAX__);
+      var4 = var3;
+      fast4 = (mean3 * mean3 <= kNear * kNear * var3) & (var3 + eps >= TinyVar<T>()) &
+              (var3 <= kMaxDouble);
       rstd4 = 1.0 / Sqrt(var3 + eps);
     }
     // Stage 3: row r + 2's mean and variance.
@@ -598,14 +637,21 @@ void ShortRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0
 }
 
 template <class St, bool kRes, bool kStream>
+void ShortRowsW(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0, int64_t r1) {
+  if (a.weight && a.bias) return ShortRowsT<St, kRes, true, true, kStream>(a, r0, r1);
+  if (a.weight) return ShortRowsT<St, kRes, true, false, kStream>(a, r0, r1);
+  if (a.bias) return ShortRowsT<St, kRes, false, true, kStream>(a, r0, r1);
+  return ShortRowsT<St, kRes, false, false, kStream>(a, r0, r1);
+}
+
+template <class St, bool kRes, bool kStream>
 void LayerNormRowsS(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0,
                     int64_t r1) {
-  // Short rows stream only whole lines (ShortRowsT has no partial-line stores).
-  if (ShortRow<St>(a.cols) && (!kStream || WholeLines<St>(a))) {
-    if (a.weight && a.bias) return ShortRowsT<St, kRes, true, true, kStream>(a, r0, r1);
-    if (a.weight) return ShortRowsT<St, kRes, true, false, kStream>(a, r0, r1);
-    if (a.bias) return ShortRowsT<St, kRes, false, true, kStream>(a, r0, r1);
-    return ShortRowsT<St, kRes, false, false, kStream>(a, r0, r1);
+  if (ShortRow<St>(a.cols)) {
+    // Short rows stream only when every row is whole lines (ShortRowsT's stores do not split
+    // lines); their arithmetic is the same either way, so y does not depend on where it lies.
+    if (kStream && !WholeLines<St>(a)) return ShortRowsW<St, kRes, false>(a, r0, r1);
+    return ShortRowsW<St, kRes, kStream>(a, r0, r1);
   }
   if (a.weight && a.bias) return LayerNormRowsT<St, kRes, true, true, kStream>(a, r0, r1);
   if (a.weight) return LayerNormRowsT<St, kRes, true, false, kStream>(a, r0, r1);
@@ -615,7 +661,7 @@ void LayerNormRowsS(const AddNormArgs<typename St::E, typename St::T> &a, int64_
 
 // Whether a call writes y with non-temporal stores: y large, in rows long enough (the partial
 // cache lines at both ends of each row, which take plain stores, would otherwise be a large share
-// of its lines) and aligned to its element. Only float and double rows: a 16-bit row's vector store
+// of its lines) or short rows of whole lines, and aligned to its element. Only float and double rows: a 16-bit row's vector store
 // is half a register, and streaming those 16-byte stores was slower everywhere it was tried (1
 // thread, float16 layer_norm: 8192x1024 3.38 ms against 2.47 ms plain, 2048x1024 0.40 against
 // 0.37 ms; bfloat16 8192x1024 6.6 against 3.9 ms).
@@ -624,7 +670,7 @@ inline bool StreamY(const AddNormArgs<typename St::E, typename St::T> &a, int64_
                     int64_t r1) {
   const int64_t row_bytes = a.cols * int64_t(sizeof(typename St::E));
   return St::kNative && (r1 - r0) * row_bytes >= kStreamBytes &&
-         (row_bytes >= kStreamRowBytes || WholeLines<St>(a)) &&
+         (row_bytes >= kStreamRowBytes || (ShortRow<St>(a.cols) && WholeLines<St>(a))) &&
          reinterpret_cast<uintptr_t>(a.y) % sizeof(typename St::E) == 0;
 }
 
