@@ -460,16 +460,18 @@ void LayerNormRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_
 // Short rows: whole vectors only, at most kShortVecs of them (float32 with AVX2: 8 to 128 values).
 //
 // On such rows the cost is not arithmetic but a latency chain: a row's statistics end in two
-// reductions across lanes, a square root and a division, about 150 cycles from its first load to
-// the rstd its normalize pass needs. Instructions retire in order, so while that chain runs the
-// reorder buffer (512 entries on the machine measured) fills with what follows: at 2048x64 the
-// general loop above ran 367 instructions a row at 66 cycles a row, and a plain two-pass loop 240
-// instructions, no faster. So the work of a row is cut into stages, each run one row after the
-// last in the same loop: iteration r sums row r + 4, takes row r + 3's squared deviations, reduces
-// row r + 2's, computes row r + 1's rstd and normalizes row r. Each stage's inputs are an
-// iteration old, so no stage waits long and nothing holds up retirement. Measured (float32, 1
-// thread, out=, through Python, old and new builds alternating; with setup.py's -fno-wrapv):
-// 2048x64 46.6 -> 34.6 us, 8192x64 231 -> 164 us, 32768x64 880 -> 713 us, 2048x128 75 -> 69 us.
+// reductions across lanes, a square root and a division, about 150 cycles (by the instructions'
+// latencies) from its first load to the rstd its normalize pass needs. Instructions retire in
+// order, so while that chain runs the reorder buffer (512 entries in a Sapphire Rapids core) fills
+// with what follows: at 2048x64 the general loop above ran 367 instructions a row at 66 cycles a
+// row, and a plain two-pass loop 240 instructions, no faster. So the work of a row is cut into
+// stages, each run one row after the last in the same loop: iteration r sums row r + 4, takes
+// row r + 3's squared deviations, reduces row r + 2's, computes row r + 1's rstd and normalizes
+// row r. Each stage's inputs are an iteration old, so no stage waits long and nothing holds up
+// retirement.
+// Measured (float32, 1 thread, out=, through Python, old and new builds alternating; with
+// setup.py's -fno-wrapv): 2048x64 46.6 -> 34.6 us, 8192x64 231 -> 164 us, 32768x64 880 -> 713 us,
+// 2048x128 75 -> 69 us.
 //
 // The statistics are two passes over the row, the second from L1: its sum, then the squared
 // deviations from that mean, with the deviations' sum correcting both the mean and the variance
@@ -509,8 +511,8 @@ inline void ShortStore(const typename St::E *x, typename St::E *y, const typenam
   }
 }
 
-// A short row the pipeline's short form does not take, out of line (inlined, it cost the hot loop
-// 8% at 2048x64). Far from zero, its two-pass statistics already have their digits (x minus the
+// A short row the pipeline's short form does not take, kept out of line, away from the hot loop.
+// Far from zero, its two-pass statistics already have their digits (x minus the
 // pass mean is exact there), so only the normalize pass takes the split form. Rows with NaN or
 // Inf, or a variance that underflows, run the general path from scratch.
 template <class St, bool kW, bool kB, bool kStream>
