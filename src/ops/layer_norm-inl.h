@@ -475,11 +475,12 @@ void LayerNormRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_
 //
 // The statistics are two passes over the row, the second from L1: its sum, then the squared
 // deviations from that mean, with the deviations' sum correcting both the mean and the variance
-// (the corrected two-pass algorithm; Chan, Golub, LeVeque): on such rows as cheap as Welford's
-// recurrence, and no less accurate, also far from zero: x minus the pass mean is exact there, so
-// rows with |mean| above kNear standard deviations need only the split normalize form, not the
-// general path's second, shifted pass. Rows with NaN or Inf, or a variance that underflows, run
-// the general path.
+// (the corrected two-pass algorithm; Chan, Golub, LeVeque): 4 operations a vector, as Welford's
+// recurrence, and no less accurate, also far from zero: there x minus the pass mean is exact for
+// every x within a factor of two of it (Sterbenz), so rows with |mean| above kNear standard
+// deviations need only the split normalize form, not the general path's second, shifted pass
+// (the tests hold them to the accuracy bar at offsets up to 1e6). Rows with NaN or Inf, or a
+// variance that underflows, run the general path.
 constexpr int64_t kShortVecs = 16;
 constexpr double kMaxDouble = 1.7976931348623157e308;
 
@@ -512,9 +513,9 @@ inline void ShortStore(const typename St::E *x, typename St::E *y, const typenam
 }
 
 // A short row the pipeline's short form does not take, kept out of line, away from the hot loop.
-// Far from zero, its two-pass statistics already have their digits (x minus the
-// pass mean is exact there), so only the normalize pass takes the split form. Rows with NaN or
-// Inf, or a variance that underflows, run the general path from scratch.
+// Far from zero, its two-pass statistics already have their digits (see above), so only the
+// normalize pass takes the split form. Rows with NaN or Inf, or a variance that underflows, run
+// the general path from scratch.
 template <class St, bool kW, bool kB, bool kStream>
 __attribute__((noinline)) void ShortRowAside(const AddNormArgs<typename St::E, typename St::T> &g,
                                              int64_t r, double eps, double mean, double var) {
