@@ -106,8 +106,9 @@ def test_out_and_in_place(isa, rng, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_negative_zero_rows_do_not_depend_on_the_isa(isa, dtype):
-    # A row of -0.0 has mean +0.0 and y = -0.0 on every ISA, whatever the number of Welford steps
-    # per lane (lengths of one block of each ISA's accumulators: 4, 16, 32, 64) and the tail.
+    # A row of -0.0 has mean +0.0 and y = -0.0 on every ISA, whatever the number of steps per lane
+    # (lengths of one block of each ISA's accumulators: 4, 16, 32, 64), the tail and the short-row
+    # path (sums that start from the first value keep its sign).
     for cols in (1, 3, 4, 8, 16, 17, 32, 33, 64, 65, 128):
         x = np.full((2, cols), -0.0, dtype)
         y, mean, rstd = fastln.layer_norm(x, return_stats=True)
@@ -257,13 +258,40 @@ def test_outlier_rows(isa, cols):
     b = np.full(cols, 59.0)
     b[0], b[1] = 0.0, 20.5
     b[2:] += np.linspace(0, 1e-2, cols - 2)
-    # The scalar ISA has 4 lanes instead of 32, so each lane's float32 Welford chain is 8 times
-    # longer on these sorted rows; with x[0] as the shift both ISAs were off by 1e-5 to 2e-5.
+    # The scalar ISA has 4 lanes instead of 32, so each lane's float32 sums are 8 times longer on
+    # these sorted rows; with x[0] as the shift both ISAs were off by 1e-5 to 2e-5.
     tol = 3e-5 if isa == "scalar" else 3e-6
     for row in (a, a * 1e-3, b, -b + 7):
         x = row.astype(np.float32)[None, :]
         err = np.abs(fastln.layer_norm(x, eps=0.0) - ref.layer_norm(x, eps=0.0)).max()
         assert err <= tol, err
+
+
+@pytest.mark.parametrize("cols", [64, 768, 4096])
+def test_rows_near_the_second_pass_threshold(isa, rng, cols):
+    # The first pass sums about zero; rows whose mean lies more than one standard deviation from
+    # zero are summed again about that mean, and those beyond two take the split normalize form.
+    # Rows on either side of both thresholds, against the float64 reference. The scalar ISA's 4
+    # lanes sum 8 times as many values each as AVX2's 32 (at 4096 columns and a mean of 0.99
+    # standard deviations: 2.2e-6 in y, 4e-7 in rstd).
+    tol, rtol = (5e-6, 1e-6) if isa == "scalar" else (2e-6, 3e-7)
+    for c in (0.5, 0.99, 1.01, 1.5, 1.99, 2.01, 3.0, -1.5):
+        x = (c + rng.standard_normal((8, cols))).astype(np.float32)
+        y, mean, rstd = fastln.layer_norm(x, return_stats=True)
+        want, wmean, wrstd = ref.layer_norm(x, eps=1e-5, return_stats=True)
+        assert np.abs(y - want).max() <= tol, c
+        np.testing.assert_allclose(rstd, wrstd, rtol=rtol)
+
+
+def test_variance_of_quantized_rows(isa, rng):
+    # x = 1e4 + N(0, 1) in float32 is a multiple of 2^-10, so the squares of x minus the mean are
+    # multiples of 2^-20; a float32 running sum of them drifts one way once its last place passes
+    # that (ties to even), by 5e-7 of the variance over 128 steps a lane. Summed in chunks it stays
+    # near Welford's 1e-7.
+    x = (1e4 + rng.standard_normal((16, 4096))).astype(np.float32)
+    _, _, rstd = fastln.layer_norm(x, return_stats=True)
+    _, _, wrstd = ref.layer_norm(x, eps=1e-5, return_stats=True)
+    np.testing.assert_allclose(rstd, wrstd, rtol=2e-7)
 
 
 def test_subnormal_float64_rows(isa, rng):

@@ -3,35 +3,44 @@
 FASTLN_OPS_BEGIN
 
 // ---------------------------------------------------------------------------------------------
-// Statistics in one read of the row: Welford per lane, kAcc independent accumulators of N lanes.
+// Statistics in one read of the row: the sums of x - K and of its squares, kAcc independent
+// accumulators of N lanes (the shifted-data algorithm; Chan, Golub, LeVeque), with K = 0 on the
+// first pass (kShift false: an add and an FMA a vector). var = (sum (x-K)^2 - (sum (x-K))^2 / n) / n
+// loses to cancellation the share of the squares that (mean - K)^2 makes up, so rows whose mean
+// lies more than kPivot standard deviations from zero are summed again with K = that mean (kShift,
+// see LayerNormRowsT): a sub more a vector, and the row read again, from L1 when it fits. Far from
+// zero (x ~ 1e6 +- 1) x - K is then exact in T (Sterbenz), so the mean K + sum(x-K)/n keeps all its
+// digits even in float32 (torch's float32 Welford mean loses ~0.06 there).
 //
-// With kShift, values are shifted by a pivot K (the unshifted pass's estimate of the mean) before
-// Welford runs. At a large offset (x ~ 1e6 +- 1) x - K is exact in T (Sterbenz), so the running mean of the shifted
-// values keeps all its digits even in float32: torch's float32 Welford mean loses ~0.06 there. The
-// mean is then K + mean_d, a hi/lo pair that the normalize pass subtracts in two steps. The shift
-// costs one of the five operations per vector, and it only matters when |mean| is large next to the
-// standard deviation, so rows are first run without it (see LayerNormRowsT).
-//
-// One Welford chain is latency-bound (sub -> fma per step); kAcc chains in flight keep the pipes
-// busy.
+// Not Welford's recurrence: its step is a chain of four dependent operations (sub, fma, sub, fma),
+// and with kAcc chains in flight a row's statistics were bound by that latency, not by the FP
+// ports. Measured (float32, 1 thread, out=, Welford and these sums, builds alternating, best
+// rounds of one run): 128x1024 22.9 -> 19.6 us, 8x16384 25.1 -> 23.8 us. The sums with a pivot on
+// every row (the mean of its first values) ran 21.0 and 24.2 us where Welford ran 22.9 and 23.7:
+// the subtraction costs more than the rare second pass.
 //
 // The values come from `src` (RowOf: a stored row, in any storage format; SumOf: the fused
 // residual add, which also writes h).
 //
 // `job` is another row's normalize pass, run block by block inside the same loop (job.Block(i)
-// after the block of values from i, job.Rest() for what is left). The statistics keep the FP pipes busy and the
-// normalize pass the load and store ports: interleaved, each hides much of the other's cost.
-// NoJob runs the statistics alone.
-constexpr int kAcc = 4;
+// after the block of values from i, job.Rest() for what is left). The statistics keep the FP
+// pipes busy and the normalize pass the load and store ports: interleaved, each hides much of the
+// other's cost. NoJob runs the statistics alone.
+constexpr int kAcc = 4;  // RowMoments adds its accumulators as a tree of four
 
 template <class T>
 constexpr int64_t kBlockOf = int64_t(kAcc) * Simd<T>::N;
+
+// How far (in standard deviations) a row's mean may lie from the first pass's pivot, zero, before
+// the row is summed again about its mean: the variance then loses at most one bit to cancellation.
+constexpr double kPivot = 1.0;
 
 struct NoJob {
   void Block(int64_t) const {}
   void Rest() const {}
 };
 
+// The row's count, mean and sum of squared deviations, from sums about `pivot` (kShift) or zero.
 template <bool kShift, class Src, class Job>
 inline Moments RowMoments(const Src &src, int64_t n, typename Src::T pivot, const Job &job) {
   using T = typename Src::T;
@@ -43,86 +52,57 @@ inline Moments RowMoments(const Src &src, int64_t n, typename Src::T pivot, cons
   const int64_t nblocks = n / kBlock;
   const bool prefetch = PrefetchRow<typename Src::E>(n);
   const V vk = S::Set(pivot);
-  V M[kAcc], Q[kAcc];  // per-lane mean and M2 over the chunks done so far
-  for (int a = 0; a < kAcc; ++a) {
-    M[a] = S::Zero();
-    Q[a] = S::Zero();
-  }
-  int64_t pos = 0;  // index of the next block
-  int64_t done = 0;  // steps per lane done
-  while (done < nblocks) {
-    const int64_t len = Min(nblocks - done, kChunk);
-    V m[kAcc], q[kAcc];
-    // The first step of a chunk needs no arithmetic (the mean of one value is the value, its M2
-    // zero): on short rows, 4 operations a vector saved on a step of 2 or 3, and a shorter chain
-    // (2048x64 statistics 20.4 -> 16.0 us). A lane of -0 then keeps mean -0: see `mean` below.
+  V s[kAcc], q[kAcc];  // per-lane sums of x - k and of its squares
+  V Q = S::Zero();     // the squares of the chunks done (see kChunk): one register, as a
+                       // register per accumulator spilled the running sums across the fold
+  // The second pass, which runs on rows far from zero or with outliers, keeps them in double: a
+  // row of 4097 values whose first two are 59 and 38.5 from the rest's mean lost the others'
+  // squares (~1e-4 each) next to theirs in float (error 5.5e-6 where the test allows 3e-6).
+  double Qd = 0.0;
+  int64_t pos = 0;     // index of the next block
+  if (nblocks > 0) {
     if (prefetch) src.Prefetch(pos, kBlock);
     for (int a = 0; a < kAcc; ++a) {
-      m[a] = kShift ? S::Sub(src.Load(pos + a * N), vk) : src.Load(pos + a * N);
-      q[a] = S::Zero();
+      s[a] = kShift ? S::Sub(src.Load(a * N), vk) : src.Load(a * N);
+      q[a] = S::Mul(s[a], s[a]);
     }
-    job.Block(done * kBlock);
-    pos += kBlock;
-    for (int64_t j = 1; j < len; ++j, pos += kBlock) {
-      if (prefetch) src.Prefetch(pos, kBlock);
-      const V r = S::Set(Rcp<T>(j));
-      for (int a = 0; a < kAcc; ++a) {
-        const V d = kShift ? S::Sub(src.Load(pos + a * N), vk) : src.Load(pos + a * N);
-        const V delta = S::Sub(d, m[a]);
-        m[a] = S::MulAdd(delta, r, m[a]);
-        q[a] = S::MulAdd(delta, S::Sub(d, m[a]), q[a]);
-      }
-      job.Block((done + j) * kBlock);
-    }
-    if (done == 0) {
-      for (int a = 0; a < kAcc; ++a) {
-        M[a] = m[a];
-        Q[a] = q[a];
-      }
-    } else {
-      // Chan's merge, lane-wise: every lane has the same counts, so the weights are scalars.
-      const double na = double(done), nb = double(len), nt = na + nb;
-      const V wb = S::Set(T(nb / nt)), wab = S::Set(T(na * nb / nt));
-      for (int a = 0; a < kAcc; ++a) {
-        const V delta = S::Sub(m[a], M[a]);
-        M[a] = S::MulAdd(delta, wb, M[a]);
-        Q[a] = S::Add(Q[a], S::MulAdd(S::Mul(delta, delta), wab, q[a]));
-      }
-    }
-    done += len;
+    job.Block(0);
+    pos = kBlock;
   }
+  auto step = [&](int64_t j) __attribute__((always_inline)) {
+    if (prefetch) src.Prefetch(pos, kBlock);
+    for (int a = 0; a < kAcc; ++a) {
+      const V d = kShift ? S::Sub(src.Load(pos + a * N), vk) : src.Load(pos + a * N);
+      s[a] = S::Add(s[a], d);
+      q[a] = S::MulAdd(d, d, q[a]);
+    }
+    job.Block(j * kBlock);
+    pos += kBlock;
+  };
+  int64_t j = 1;
+  for (; j + kChunk <= nblocks; j += kChunk) {
+    for (int i = 0; i < kChunk; ++i) step(j + i);
+    const V qc = S::Add(S::Add(q[0], q[1]), S::Add(q[2], q[3]));
+    if (kShift) {
+      Qd += S::ReduceSumDouble(qc);
+    } else {
+      Q = S::Add(Q, qc);
+    }
+    for (int a = 0; a < kAcc; ++a) q[a] = S::Zero();
+  }
+  for (; j < nblocks; ++j) step(j);
 
   Moments total{0.0, 0.0, 0.0};
   if (nblocks > 0) {
-    // All kAcc * N lanes hold nblocks values each, so their merge is a mean and a sum of squares
-    // over the lane means: M2 = sum(Q) + nblocks * sum((M - mean)^2). Three horizontal sums
-    // instead of a merge tree over the lanes, which would cost as much as a short row's Welford.
-    // The squares are taken about p, one of the lane means, rather than about mean, so that the
-    // three sums run side by side instead of one after the other (on short rows this chain of
-    // latencies is the cost of a row): sum((M - mean)^2) = sum((M - p)^2) - K (mean - p)^2, where
-    // the second term is at most the first. It cancels when p is an outlier lane (with 64 lanes of
-    // 3 values each, the lane holding one far value), so the shifted pass, whose lane means are
-    // already centred on zero, takes p = 0 instead.
-    const T p = kShift ? T(0) : S::First(M[0]);
-    const V vp = S::Set(p);
-    V msum = M[0], qsum = Q[0];
-    V dd = S::Zero();
-    for (int a = 0; a < kAcc; ++a) {
-      if (a > 0) {
-        msum = S::Add(msum, M[a]);
-        qsum = S::Add(qsum, Q[a]);
-      }
-      const V d = S::Sub(M[a], vp);
-      dd = S::MulAdd(d, d, dd);
-    }
-    // + 0 turns a mean of -0 (a row of -0 whose lanes took one step each) into +0, as a step
-    // from zero gives: so the result does not depend on the ISA's number of steps a lane.
-    const double mean = double(S::ReduceSum(msum)) * (1.0 / double(kBlock)) + 0.0;
-    const double dp = mean - double(p);
-    const double cnt = double(nblocks);
-    total = Moments{cnt * double(kBlock), mean,
-                    double(S::ReduceSum(qsum)) +
-                        cnt * (double(S::ReduceSum(dd)) - double(kBlock) * dp * dp)};
+    const V ssum = S::Add(S::Add(s[0], s[1]), S::Add(s[2], s[3]));
+    const V qsum = S::Add(Q, S::Add(S::Add(q[0], q[1]), S::Add(q[2], q[3])));
+    const double cnt = double(nblocks * kBlock);
+    const double inv_cnt = 1.0 / cnt;  // off the row's latency chain, unlike a division by cnt
+    const double sd = S::ReduceSumDouble(ssum), q = S::ReduceSumDouble(qsum) + Qd;
+    const double m2 = q - sd * sd * inv_cnt;
+    // + 0 turns the mean of a row of -0 into +0, as the tail's sums (which start from +0) give: so
+    // the result does not depend on how an ISA's blocks cut the row.
+    total = Moments{cnt, sd * inv_cnt + 0.0, m2 < 0 ? 0.0 : m2};  // NaN stays
   }
 
   job.Rest();
@@ -168,6 +148,7 @@ inline Moments RowMoments(const Src &src, int64_t n, typename Src::T pivot, cons
     const double m2 = q - ds * ds / cnt;  // ds is tiny next to sqrt(q * cnt): no cancellation
     total = Merge(total, Moments{cnt, double(tm) + ds / cnt, m2 < 0 ? 0.0 : m2});  // NaN stays
   }
+  if (kShift) total.mean += double(pivot);
   return total;
 }
 
@@ -226,12 +207,12 @@ struct Normalizer {
     }
   }
 
-  V Compute(int64_t i) const {
+  FASTLN_INLINE V Compute(int64_t i) const {
     const V xi = St::Load(x + i);
     return Affine<kW, kB>(S::MulAdd(kSplit ? S::Sub(xi, vhi) : xi, vr, vc), w, b, i);
   }
   template <bool kNT = kStream>
-  void One(int64_t i) const {
+  FASTLN_INLINE void One(int64_t i) const {
     if (kNT) {
       St::StoreStream(y + i, Compute(i));
     } else {
@@ -262,7 +243,7 @@ struct Normalizer {
     }
   }
   // kBlockOf<T> values from i (+ head).
-  void Block(int64_t i) const {
+  FASTLN_INLINE void Block(int64_t i) const {
     i += head;
     if (prefetch) {
       PrefetchAhead(x + i, kBlockOf<T>);
@@ -419,17 +400,19 @@ void LayerNormRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_
     const Moments mo = ahead[0];
     double var = mo.m2 * inv_n;
     double mean = mo.mean;
-    // Also true for NaN: such rows take the shifted pass and then the exact path.
-    const bool near = mean * mean <= kNear * kNear * var;
-    if (!near) {
-      // The pivot is the first pass's mean, not a data value: the shifted running means then stay
-      // within a few standard deviations of zero and keep their digits. A data value as pivot can be
-      // an outlier, sqrt(n) deviations away, and the float32 running mean then loses that factor.
-      const T pivot = T(mean);
-      const Moments ms = RowMoments<true>(RowOf<St>{x}, n, pivot, NoJob{});
+    // Rows far from the pivot are summed again about the last pass's mean. At a large offset
+    // the first pass's float sums give a mean good to a few standard deviations only on long rows
+    // with few lanes (65536 values at 1e6 +- 1 on the scalar ISA), so up to two more passes.
+    double pivot = 0.0;
+    for (int pass = 0; pass < 3 && IsFinite(mean) && IsFinite(var) &&
+                       !((mean - pivot) * (mean - pivot) <= kPivot * kPivot * var);
+         ++pass) {
+      pivot = double(T(mean));
+      const Moments ms = RowMoments<true>(RowOf<St>{x}, n, T(pivot), NoJob{});
       var = ms.m2 * inv_n;
-      mean = double(pivot) + ms.mean;
+      mean = ms.mean;
     }
+    const bool near = mean * mean <= kNear * kNear * var;
     Moments mo2{0.0, 0.0, 0.0};  // row r + kLag
     double rstd;
     if (IsFinite(var) && IsFinite(mean) && var + eps >= TinyVar<T>()) {
@@ -463,24 +446,24 @@ void LayerNormRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_
 // reductions across lanes, a square root and a division, about 150 cycles (by the instructions'
 // latencies) from its first load to the rstd its normalize pass needs. Instructions retire in
 // order, so while that chain runs the reorder buffer (512 entries in a Sapphire Rapids core) fills
-// with what follows: at 2048x64 the general loop above ran 367 instructions a row at 66 cycles a
-// row, and a plain two-pass loop 240 instructions, no faster. So the work of a row is cut into
-// stages, each run one row after the last in the same loop: iteration r sums row r + 4, takes
-// row r + 3's squared deviations, reduces row r + 2's, computes row r + 1's rstd and normalizes
-// row r. Each stage's inputs are an iteration old, so no stage waits long and nothing holds up
-// retirement.
+// with what follows: at 2048x64 the general loop (then with Welford's recurrence) ran 367
+// instructions a row at 66 cycles a row, and a plain two-pass loop 240 instructions, no faster. So
+// the work of a row is cut into stages, each run one row after the last in the same loop:
+// iteration r sums row r + 3 (its values and their squares, about zero, as the general path's
+// first pass), reduces row r + 2's sums, computes row r + 1's rstd and normalizes row r. Each
+// stage's inputs are an iteration old, so no stage waits long and nothing holds up retirement.
 // Measured (float32, 1 thread, out=, through Python, old and new builds alternating; with
-// setup.py's -fno-wrapv): 2048x64 46.6 -> 34.6 us, 8192x64 231 -> 164 us, 32768x64 880 -> 713 us,
-// 2048x128 75 -> 69 us.
+// setup.py's -fno-wrapv), staged against the general loop: 2048x64 46.6 -> 34.6 us, 8192x64
+// 231 -> 164 us, 32768x64 880 -> 713 us, 2048x128 75 -> 69 us.
 //
-// The statistics are two passes over the row, the second from L1: its sum, then the squared
-// deviations from that mean, with the deviations' sum correcting both the mean and the variance
-// (the corrected two-pass algorithm; Chan, Golub, LeVeque): 4 operations a vector, as Welford's
-// recurrence, and no less accurate, also far from zero: there x minus the pass mean is exact for
-// every x within a factor of two of it (Sterbenz), so rows with |mean| above kNear standard
-// deviations need only the split normalize form, not the general path's second, shifted pass
-// (the tests hold them to the accuracy bar at offsets up to 1e6). Rows with NaN or Inf, or a
-// variance that underflows, run the general path.
+// Rows whose mean lies more than kPivot standard deviations from zero, where the sums about zero
+// lose digits, take a second pass from L1 in the reduce stage: the squared deviations from the
+// first pass's mean, whose sum corrects both the mean and the variance (the corrected two-pass
+// algorithm; Chan, Golub, LeVeque). Far from zero x minus that mean is exact for every x within a
+// factor of two of it (Sterbenz), so those rows keep their digits (the tests hold them to the
+// accuracy bar at offsets up to 1e6); rows beyond kNear standard deviations then take the split
+// normalize form, out of line. Rows with NaN or Inf, or a variance that underflows, run the general
+// path.
 constexpr int64_t kShortVecs = 16;
 constexpr double kMaxDouble = 1.7976931348623157e308;
 
@@ -543,7 +526,6 @@ void ShortRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0
   const int64_t n = a.cols;
   const double eps = a.eps;
   const double inv_n = 1.0 / double(n);
-  const T tinv_n = T(inv_n);
   const E *xs = kRes ? a.h : a.x;
   const int64_t lds = kRes ? a.ldh : a.ldx;
   // In locals: a vector store may alias anything (GCC's vector types are may_alias), so members
@@ -558,14 +540,12 @@ void ShortRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0
   g.ldx = lds;
   g.res = nullptr;
 
-  V sum = S::Zero();                       // stage 1's output: row r + 3's sum by lanes
-  T m2 = T(0);                             // stage 2's: row r + 2's pass mean,
-  V e2 = S::Zero(), q2 = S::Zero();        // its deviations and squares by lanes
-  double mean3 = 0.0, var3 = 0.0;          // stage 3's: row r + 1's mean and variance
-  double mean4 = 0.0, var4 = 0.0, rstd4 = 0.0;  // stage 4's: row r's,
+  V sum = S::Zero(), sq = S::Zero();       // stage 1's output: row r + 2's sums by lanes
+  double mean3 = 0.0, var3 = 0.0;          // stage 2's: row r + 1's mean and variance
+  double mean4 = 0.0, var4 = 0.0, rstd4 = 0.0;  // stage 3's: row r's,
   bool fast4 = false;                           // and whether the short form takes it
-  for (int64_t r = r0 - 4; r < r1; ++r) {
-    // Stage 5: normalize row r.
+  for (int64_t r = r0 - 3; r < r1; ++r) {
+    // Stage 4: normalize row r.
     if (r >= r0) {
       if (fast4) {
         const V vr = S::Set(T(rstd4)), vc = S::Set(T(-mean4 * rstd4));
@@ -585,7 +565,7 @@ void ShortRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0
         ShortRowAside<St, kW, kB, kStream>(g, r, eps, mean4, var4);
       }
     }
-    // Stage 4: row r + 1's rstd. The short form takes rows within kNear standard deviations of
+    // Stage 3: row r + 1's rstd. The short form takes rows within kNear standard deviations of
     // zero with a finite variance that does not underflow; every comparison is false for NaN.
     if (r + 1 >= r0 && r + 1 < r1) {
       mean4 = mean3;
@@ -594,46 +574,60 @@ void ShortRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0
               (var3 <= kMaxDouble);
       rstd4 = 1.0 / Sqrt(var3 + eps);
     }
-    // Stage 3: row r + 2's mean and variance.
+    // Stage 2: row r + 2's mean and variance; for a row whose mean lies more than kPivot
+    // standard deviations from zero, where the sums about zero lost digits, a second pass from
+    // L1: the squared deviations from the first pass's mean, whose sum corrects both the mean and
+    // the variance (the corrected two-pass algorithm; Chan, Golub, LeVeque). Here in the
+    // pipeline, not out of line, so its latency overlaps the other rows' stages (2048x64 at an
+    // offset of 10: 60 us out of line).
     if (r + 2 >= r0 && r + 2 < r1) {
-      const double e = double(S::ReduceSum(e2));
-      const double q = double(S::ReduceSum(q2));
-      mean3 = double(m2) + e * inv_n;
-      var3 = (q - e * e * inv_n) * inv_n;
-    }
-    // Stage 2: row r + 3's squared deviations from its pass mean, read again from L1.
-    if (r + 3 >= r0 && r + 3 < r1) {
-      const E *x = xs + (r + 3) * lds;
-      m2 = S::ReduceSum(sum) * tinv_n;
-      const V vm = S::Set(m2);
-      V q0 = S::Zero(), q1 = S::Zero(), e0 = S::Zero(), e1 = S::Zero();
-      int64_t i = 0;
-      for (; i + 2 * N <= n; i += 2 * N) {
-        const V d0 = S::Sub(St::Load(x + i), vm), d1 = S::Sub(St::Load(x + i + N), vm);
-        e0 = S::Add(e0, d0);
-        e1 = S::Add(e1, d1);
-        q0 = S::MulAdd(d0, d0, q0);
-        q1 = S::MulAdd(d1, d1, q1);
+      const double e = double(S::ReduceSum(sum));
+      mean3 = e * inv_n + 0.0;  // a row of -0 has mean +0, as in RowMoments
+      var3 = (double(S::ReduceSum(sq)) - e * mean3) * inv_n;
+      if (!(mean3 * mean3 <= kPivot * kPivot * var3) && IsFinite(mean3) && IsFinite(var3)) {
+        const E *x = xs + (r + 2) * lds;
+        const T m = T(mean3);
+        const V vm = S::Set(m);
+        V e0 = S::Zero(), e1 = S::Zero(), q0 = S::Zero(), q1 = S::Zero();
+        int64_t i = 0;
+        for (; i + 2 * N <= n; i += 2 * N) {
+          const V d0 = S::Sub(St::Load(x + i), vm), d1 = S::Sub(St::Load(x + i + N), vm);
+          e0 = S::Add(e0, d0);
+          e1 = S::Add(e1, d1);
+          q0 = S::MulAdd(d0, d0, q0);
+          q1 = S::MulAdd(d1, d1, q1);
+        }
+        if (i < n) {
+          const V d = S::Sub(St::Load(x + i), vm);
+          e0 = S::Add(e0, d);
+          q0 = S::MulAdd(d, d, q0);
+        }
+        const double es = double(S::ReduceSum(S::Add(e0, e1)));
+        mean3 = double(m) + es * inv_n;
+        var3 = (double(S::ReduceSum(S::Add(q0, q1))) - es * es * inv_n) * inv_n;
       }
-      if (i < n) {
-        const V d = S::Sub(St::Load(x + i), vm);
-        e0 = S::Add(e0, d);
-        q0 = S::MulAdd(d, d, q0);
-      }
-      e2 = S::Add(e0, e1);
-      q2 = S::Add(q0, q1);
     }
-    // Stage 1: row r + 4's sum (its first read: with kRes, h = x + res is written here).
-    if (r + 4 < r1) {
-      const typename First::Src src = First::Row(a, r + 4);
+    // Stage 1: row r + 3's sums, of its values and their squares (its first read: with kRes,
+    // h = x + res is written here).
+    if (r + 3 < r1) {
+      const typename First::Src src = First::Row(a, r + 3);
       V s0 = src.Load(0), s1 = S::Zero();
+      V q0 = S::Mul(s0, s0), q1 = S::Zero();
       int64_t i = N;
       for (; i + 2 * N <= n; i += 2 * N) {
-        s0 = S::Add(s0, src.Load(i));
-        s1 = S::Add(s1, src.Load(i + N));
+        const V v0 = src.Load(i), v1 = src.Load(i + N);
+        s0 = S::Add(s0, v0);
+        s1 = S::Add(s1, v1);
+        q0 = S::MulAdd(v0, v0, q0);
+        q1 = S::MulAdd(v1, v1, q1);
       }
-      if (i < n) s1 = S::Add(s1, src.Load(i));
+      if (i < n) {
+        const V v = src.Load(i);
+        s1 = S::Add(s1, v);
+        q1 = S::MulAdd(v, v, q1);
+      }
       sum = S::Add(s0, s1);
+      sq = S::Add(q0, q1);
     }
   }
   if (kStream) S::StreamFence();
