@@ -34,11 +34,11 @@ template <class A, class B> struct IsSame { static constexpr bool value = false;
 template <class A> struct IsSame<A, A> { static constexpr bool value = true; };
 
 // Steps per lane whose squares are summed apart before they are added into a row's running sum of
-// squares (see RowMoments). Short, because a float32 running sum of squares drifts: at x ~ 1e4 + N(0, 1) the squares of
-// x - K are multiples of 2^-20, the running sum's last place passes that near 16, and from there
-// ties round to even, one way more than the other. Simulated in NumPy, relative error of the
-// variance of 4096 values over 32 lanes (max of 30 rows): 5.3e-7 with chunks of 256 steps, 2.6e-7
-// with 32, 6.8e-8 with 16 (Welford's recurrence: 8.2e-8).
+// squares (see RowMoments). Short, because a float32 running sum of squares drifts: at
+// x ~ 1e4 + N(0, 1) the squares of x - K are multiples of 2^-20, the running sum's last place
+// passes that near 16, and from there ties round to even, one way more than the other. Simulated
+// in NumPy, relative error of the variance of 4096 values over 32 lanes (max of 30 rows): 5.3e-7
+// with chunks of 256 steps, 2.6e-7 with 32, 6.8e-8 with 16 (Welford's recurrence: 8.2e-8).
 constexpr int kChunk = 16;
 
 // Below this, var + eps is too small for the fast path's squares: they would be denormal or zero in

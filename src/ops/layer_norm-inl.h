@@ -5,12 +5,13 @@ FASTLN_OPS_BEGIN
 // ---------------------------------------------------------------------------------------------
 // Statistics in one read of the row: the sums of x - K and of its squares, kAcc independent
 // accumulators of N lanes (the shifted-data algorithm; Chan, Golub, LeVeque), with K = 0 on the
-// first pass (kShift false: an add and an FMA a vector). var = (sum (x-K)^2 - (sum (x-K))^2 / n) / n
-// loses to cancellation the share of the squares that (mean - K)^2 makes up, so rows whose mean
-// lies more than kPivot standard deviations from zero are summed again with K = that mean (kShift,
-// see LayerNormRowsT): a sub more a vector, and the row read again, from L1 when it fits. Far from
-// zero (x ~ 1e6 +- 1) x - K is then exact in T (Sterbenz), so the mean K + sum(x-K)/n keeps all its
-// digits even in float32 (torch's float32 Welford mean loses ~0.06 there).
+// first pass (kShift false: an add and an FMA a vector).
+// var = (sum (x-K)^2 - (sum (x-K))^2 / n) / n loses to cancellation the share of the squares that
+// (mean - K)^2 makes up, so rows whose mean lies more than kPivot standard deviations from zero
+// are summed again with K = that mean (kShift, see LayerNormRowsT): a sub more a vector, and the
+// row read again, from L1 when it fits. Far from zero (x ~ 1e6 +- 1) x - K is then exact in T
+// (Sterbenz), so the mean K + sum(x-K)/n keeps all its digits even in float32 (torch's float32
+// Welford mean loses ~0.06 there).
 //
 // Not Welford's recurrence: its step is a chain of four dependent operations (sub, fma, sub, fma),
 // and with kAcc chains in flight a row's statistics were bound by that latency, not by the FP
@@ -55,9 +56,11 @@ inline Moments RowMoments(const Src &src, int64_t n, typename Src::T pivot, cons
   V s[kAcc], q[kAcc];  // per-lane sums of x - k and of its squares
   V Q = S::Zero();     // the squares of the chunks done (see kChunk): one register, as a
                        // register per accumulator spilled the running sums across the fold
-  // The second pass, which runs on rows far from zero or with outliers, keeps them in double: a
-  // row of 4097 values whose first two are 59 and 38.5 from the rest's mean lost the others'
-  // squares (~1e-4 each) next to theirs in float (error 5.5e-6 where the test allows 3e-6).
+  // The second pass, which runs on rows far from zero or with outliers, keeps them in double, so
+  // that large squares do not swallow the small ones added after them: with float folds here,
+  // the outlier test's row of 4097 values (the first two 59 and 38.5 from the rest's mean) was off
+  // by 5.5e-6, over the 3e-6 it allows; it passes with these and the extra passes of
+  // LayerNormRowsT, added together.
   double Qd = 0.0;
   int64_t pos = 0;     // index of the next block
   if (nblocks > 0) {
@@ -323,8 +326,8 @@ inline void ExactRow(const typename St::E *x, typename St::E *y, int64_t n,
   }
 }
 
-// Rows whose |mean| is at most kNear standard deviations run the statistics without the pivot
-// shift and the normalize pass in its short form; the others run the statistics again, shifted.
+// Rows whose |mean| is at most kNear standard deviations take the normalize pass in its short form,
+// the others the split form (see Normalizer).
 constexpr double kNear = 2.0;
 
 // A call whose output is at least this large writes it with non-temporal stores: it cannot stay in
