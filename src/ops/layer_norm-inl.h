@@ -27,10 +27,17 @@ FASTLN_OPS_BEGIN
 // after the block of values from i, job.Rest() for what is left). The statistics keep the FP
 // pipes busy and the normalize pass the load and store ports: interleaved, each hides much of the
 // other's cost. NoJob runs the statistics alone.
-constexpr int kAcc = 4;  // RowMoments adds its accumulators as a tree of four
+constexpr int kAcc = 4;
 
 template <class T>
 constexpr int64_t kBlockOf = int64_t(kAcc) * Simd<T>::N;
+
+// The kAcc accumulators added as a tree, not a chain: two additions on the latency path.
+template <class S>
+FASTLN_INLINE typename S::V AddAcc(const typename S::V *v) {
+  static_assert(kAcc == 4, "a tree of four");
+  return S::Add(S::Add(v[0], v[1]), S::Add(v[2], v[3]));
+}
 
 // How far (in standard deviations) a row's mean may lie from the first pass's pivot, zero, before
 // the row is summed again about its mean: the variance then loses at most one bit to cancellation.
@@ -53,7 +60,14 @@ inline Moments RowMoments(const Src &src, int64_t n, typename Src::T pivot, cons
   const int64_t nblocks = n / kBlock;
   const bool prefetch = PrefetchRow<typename Src::E>(n);
   const V vk = S::Set(pivot);
-  V s[kAcc], q[kAcc];  // per-lane sums of x - k and of its squares
+  // The value at i, less the pivot with kShift.
+  auto load = [&](int64_t i) __attribute__((always_inline)) {
+    return kShift ? S::Sub(src.Load(i), vk) : src.Load(i);
+  };
+  // Per-lane sums of x - k and of its squares. Zeroed for the compiler's sake only: every path
+  // that reads them (nblocks > 0) sets them first.
+  V s[kAcc], q[kAcc];
+  for (int a = 0; a < kAcc; ++a) s[a] = q[a] = S::Zero();
   V Q = S::Zero();     // the squares of the chunks done (see kChunk): one register, as a
                        // register per accumulator spilled the running sums across the fold
   // The second pass, which runs on rows far from zero or with outliers, keeps them in double, so
@@ -66,7 +80,7 @@ inline Moments RowMoments(const Src &src, int64_t n, typename Src::T pivot, cons
   if (nblocks > 0) {
     if (prefetch) src.Prefetch(pos, kBlock);
     for (int a = 0; a < kAcc; ++a) {
-      s[a] = kShift ? S::Sub(src.Load(a * N), vk) : src.Load(a * N);
+      s[a] = load(a * N);
       q[a] = S::Mul(s[a], s[a]);
     }
     job.Block(0);
@@ -75,7 +89,7 @@ inline Moments RowMoments(const Src &src, int64_t n, typename Src::T pivot, cons
   auto step = [&](int64_t j) __attribute__((always_inline)) {
     if (prefetch) src.Prefetch(pos, kBlock);
     for (int a = 0; a < kAcc; ++a) {
-      const V d = kShift ? S::Sub(src.Load(pos + a * N), vk) : src.Load(pos + a * N);
+      const V d = load(pos + a * N);
       s[a] = S::Add(s[a], d);
       q[a] = S::MulAdd(d, d, q[a]);
     }
@@ -85,7 +99,7 @@ inline Moments RowMoments(const Src &src, int64_t n, typename Src::T pivot, cons
   int64_t j = 1;
   for (; j + kChunk <= nblocks; j += kChunk) {
     for (int i = 0; i < kChunk; ++i) step(j + i);
-    const V qc = S::Add(S::Add(q[0], q[1]), S::Add(q[2], q[3]));
+    const V qc = AddAcc<S>(q);
     if (kShift) {
       Qd += S::ReduceSumDouble(qc);
     } else {
@@ -97,8 +111,8 @@ inline Moments RowMoments(const Src &src, int64_t n, typename Src::T pivot, cons
 
   Moments total{0.0, 0.0, 0.0};
   if (nblocks > 0) {
-    const V ssum = S::Add(S::Add(s[0], s[1]), S::Add(s[2], s[3]));
-    const V qsum = S::Add(Q, S::Add(S::Add(q[0], q[1]), S::Add(q[2], q[3])));
+    const V ssum = AddAcc<S>(s);
+    const V qsum = S::Add(Q, AddAcc<S>(q));
     const double cnt = double(nblocks * kBlock);
     const double inv_cnt = 1.0 / cnt;  // off the row's latency chain, unlike a division by cnt
     const double sd = S::ReduceSumDouble(ssum), q = S::ReduceSumDouble(qsum) + Qd;
@@ -123,7 +137,7 @@ inline Moments RowMoments(const Src &src, int64_t n, typename Src::T pivot, cons
     V tv[kAcc];
     V vs = S::Zero();
     for (int a = 0; a < nv; ++a) {
-      tv[a] = kShift ? S::Sub(src.Load(pos + a * N), vk) : src.Load(pos + a * N);
+      tv[a] = load(pos + a * N);
       vs = S::Add(vs, tv[a]);
     }
     const int64_t vend = int64_t(nv) * N;
