@@ -64,8 +64,10 @@ inline Moments RowMoments(const Src &src, int64_t n, typename Src::T pivot, cons
   auto load = [&](int64_t i) __attribute__((always_inline)) {
     return kShift ? S::Sub(src.Load(i), vk) : src.Load(i);
   };
-  // Per-lane sums of x - k and of its squares. Zeroed for the compiler's sake only: every path
-  // that reads them (nblocks > 0) sets them first.
+  // Per-lane sums of x - k and of its squares. Zeroed though every path that reads them
+  // (nblocks > 0) sets them first: without it GCC warned that they may be used uninitialized, and
+  // with it the code came out shorter (callgrind, 20 calls of 2048x100 float32 with AVX2: 12.98M
+  // -> 12.32M instructions; 128x1024 and 8x16384 unchanged).
   V s[kAcc], q[kAcc];
   for (int a = 0; a < kAcc; ++a) s[a] = q[a] = S::Zero();
   V Q = S::Zero();     // the squares of the chunks done (see kChunk): one register, as a
