@@ -387,8 +387,9 @@ inline Moments NormalizeAndNext(const Src *next, int64_t n, const typename St::E
 
 // Row r's normalize pass runs in the loop that computes the statistics of row r + kLag (see
 // RowMoments). Two rows ahead rather than one: on short rows a row's cost is the latency from its
-// last Welford step to the rstd its normalize pass needs, and that chain then has a whole row's
-// work to hide in (512x64 f32: 2.4 -> 2.2 ns per 8 floats; long rows unchanged within 2%).
+// last statistics step to the rstd its normalize pass needs, and that chain then has a whole row's
+// work to hide in (measured when the statistics were Welford's recurrence, before short rows had
+// their own pipeline: 512x64 f32 2.4 -> 2.2 ns per 8 floats; long rows unchanged within 2%).
 constexpr int kLag = 2;
 
 // Rows [r0, r1) stored in format St. With kRes (a.res not null), each row's first read is the
