@@ -128,8 +128,9 @@ FASTLN_INLINE Moments Merge(const Moments &a, const Moments &b) {
 // LoadBF16, StoreBF16, StoreBF16RoundOnly; 16-bit bits in, N floats out and back, rounding to
 // nearest even); the one-value conversions for row tails are half.h's, shared by every ISA.
 //
-// Three kinds of plain store (StoreStream is the fourth member), as bfloat16's rounding is cheaper
-// where NaN needs no care (StoreBF16RoundOnly, exact unless a NaN lane has nonzero low 16 bits):
+// Three kinds of plain store, as bfloat16's rounding is cheaper where NaN needs no care
+// (StoreBF16RoundOnly, exact unless a NaN lane has nonzero low 16 bits), and StreamPair for y's
+// non-temporal stores (Native also has StoreStream, one vector):
 //   Store   any values.
 //   StoreSum  sums of two values widened from E (the fused residual add's h). A NaN among them
 //           is quiet with the payload of a widened value or the default NaN: low 16 bits zero.
@@ -148,6 +149,12 @@ struct Native {
   static inline void StoreSum(E *p, typename S::V v) { S::Store(p, v); }
   static inline void StoreY(E *p, typename S::V v) { S::Store(p, v); }
   static inline void StoreStream(E *p, typename S::V v) { S::StoreStream(p, v); }
+  // y's non-temporal stores, two vectors at a time (p aligned to both vectors: a 16-bit format
+  // streams the pair as one vector), for the fast paths' normalized values.
+  static inline void StreamPair(E *p, typename S::V a, typename S::V b) {
+    S::StoreStream(p, a);
+    S::StoreStream(p + S::N, b);
+  }
   static inline T ToT(E e) { return e; }
   static inline E FromT(T t) { return t; }
 };
@@ -162,7 +169,7 @@ struct Float16Format {
   static inline void Store(E *p, S::V v) { S::StoreF16(p, v); }
   static inline void StoreSum(E *p, S::V v) { S::StoreF16(p, v); }
   static inline void StoreY(E *p, S::V v) { S::StoreF16(p, v); }
-  static inline void StoreStream(E *p, S::V v) { S::StoreF16(p, v); }  // unused: see StreamY
+  static inline void StreamPair(E *p, S::V a, S::V b) { S::StreamF16Pair(p, a, b); }
   static inline float ToT(E e) { return HalfToFloat(e); }
   static inline E FromT(float f) { return FloatToHalf(f); }
 };
@@ -179,7 +186,7 @@ struct BFloat16Format {
   static inline void Store(E *p, S::V v) { S::StoreBF16(p, v); }
   static inline void StoreSum(E *p, S::V v) { S::StoreBF16RoundOnly(p, v); }
   static inline void StoreY(E *p, S::V v) { S::StoreBF16(p, v); }
-  static inline void StoreStream(E *p, S::V v) { S::StoreBF16(p, v); }  // unused: see StreamY
+  static inline void StreamPair(E *p, S::V a, S::V b) { S::StreamBF16Pair(p, a, b); }
   static inline float ToT(E e) { return BFloat16ToFloat(e); }
   static inline E FromT(float f) { return FloatToBFloat16(f); }
 };
@@ -188,6 +195,7 @@ struct BFloat16Format {
 struct BFloat16NoNaNY : BFloat16Format {
   using NoNaNY = BFloat16NoNaNY;
   static inline void StoreY(E *p, S::V v) { S::StoreBF16RoundOnly(p, v); }
+  static inline void StreamPair(E *p, S::V a, S::V b) { S::StreamBF16RoundOnlyPair(p, a, b); }
 };
 
 // Whether none of n values from p (null: none) is NaN or Inf; v - v is 0 for the others. Where

@@ -1,6 +1,7 @@
-"""Outputs of 2 MiB and more given as out=, which the kernels write with non-temporal stores (whole
-cache lines, plain stores for the partial lines at each end of a row): the same values as small
-calls and allocating calls, whatever the alignment of y, on every usable ISA."""
+"""Outputs of 2 MiB and more given as out= (32 MiB for 16-bit y), which the kernels write with
+non-temporal stores (whole cache lines, plain stores for the partial lines at each end of a row):
+the same values as small calls and allocating calls, whatever the alignment of y, on every usable
+ISA."""
 
 import numpy as np
 import pytest
@@ -67,3 +68,54 @@ def test_row_pipeline_mixed_rows(isa, rng, dtype, rows, cols):
     # |w| up to ~4 scales the error bar of an output of order 1.
     np.testing.assert_allclose(y[ok], ref.layer_norm(x[ok], w), rtol=0, atol=TOL[dtype] * 10)
     assert np.isnan(y[~ok]).all()
+
+
+def _half_dtypes():
+    # float16 always; bfloat16 where ml_dtypes is installed (its cases skip otherwise).
+    return [np.float16, pytest.param("bfloat16", id="bfloat16")]
+
+
+def _dtype(name):
+    if name == "bfloat16":
+        return np.dtype(pytest.importorskip("ml_dtypes").bfloat16)
+    return np.dtype(name)
+
+
+@pytest.mark.parametrize("dtype", _half_dtypes())
+@pytest.mark.parametrize("cols", [64, 1024, 1031])
+@pytest.mark.parametrize("shift", [0, 8])
+def test_streamed_16bit_rows(isa, rng, dtype, cols, shift):
+    # 16-bit y of 32 MiB and more is streamed, two vectors' values in each store (partial lines at
+    # the ends of a row plain): bit for bit the float32 computation rounded once, as plain stores
+    # give it.
+    dtype = _dtype(dtype)
+    rows = (32 << 20) // (cols * 2) + 3
+    x = (0.5 + rng.standard_normal((rows, cols), dtype=np.float32)).astype(dtype)
+    w = rng.standard_normal(cols).astype(np.float32)
+    b = rng.standard_normal(cols).astype(np.float32)
+    buf = np.empty(rows * cols + 32, dtype)
+    start = (-buf.ctypes.data % 64) // 2 + shift
+    y = buf[start:start + rows * cols].reshape(rows, cols)
+    fastln.layer_norm(x, w, b, out=y)
+    expected = fastln.layer_norm(x.astype(np.float32), w, b).astype(dtype)
+    np.testing.assert_array_equal(y.view(np.uint16), expected.view(np.uint16))
+    for r in (0, rows // 2, rows - 1):
+        np.testing.assert_array_equal(y[r].view(np.uint16),
+                                      fastln.layer_norm(x[r:r + 1], w, b)[0].view(np.uint16))
+
+
+@pytest.mark.parametrize("dtype", _half_dtypes())
+def test_streamed_16bit_residual_in_place(isa, rng, dtype):
+    # The fused add with a streamed y: h (plain stores) into x itself, y into r.
+    dtype = _dtype(dtype)
+    rows, cols = (32 << 20) // (1024 * 2) + 5, 1024
+    x = rng.standard_normal((rows, cols), dtype=np.float32).astype(dtype)
+    r = rng.standard_normal((rows, cols), dtype=np.float32).astype(dtype)
+    x[9, 5] = np.nan
+    h_expected = (x.astype(np.float32) + r.astype(np.float32)).astype(dtype)
+    y_expected = fastln.layer_norm(h_expected.astype(np.float32)).astype(dtype)
+    y, h = fastln.layer_norm(x, residual=r, out=r, residual_out=x)
+    assert y is r and h is x
+    np.testing.assert_array_equal(h.view(np.uint16), h_expected.view(np.uint16))
+    np.testing.assert_array_equal(y.view(np.uint16), y_expected.view(np.uint16))
+    assert np.isnan(y[9].astype(np.float32)).all()

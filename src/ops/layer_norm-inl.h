@@ -171,20 +171,6 @@ inline Moments RowMoments(const Src &src, int64_t n, typename Src::T pivot, cons
   return total;
 }
 
-// ---------------------------------------------------------------------------------------------
-// The normalize pass, y = (x - mean) * rstd * w + b, in one of two forms:
-//
-// kSplit: ((x - hi) * rstd + nlo) * w + b, where mean = hi + lo and nlo = -lo * rstd. x - hi is
-//   exact when the row sits at a large offset, and the lo part then restores the digits a float
-//   mean would have lost.
-// otherwise: (x * rstd + c) * w + b with c = -mean * rstd, one operation fewer. Used only when
-//   |mean| <= kNear * std, where x * rstd is no larger than (x - mean) * rstd plus kNear, so its
-//   rounding error is of the same size as the split form's.
-//
-// kStream writes y with non-temporal stores (see kStreamBytes), whole cache lines only: the values
-// up to the first line boundary of y and those after its last one get plain stores (a line written
-// partly by each kind is slow). Block(i) then covers the kBlock values from i + head, when they fit
-// in the row; Rest() writes whatever the blocks left.
 // u * w[i..] + b[i..], with either or both absent.
 template <bool kW, bool kB, class V, class T>
 inline V Affine(V u, const T *w, const T *b, int64_t i) {
@@ -195,6 +181,21 @@ inline V Affine(V u, const T *w, const T *b, int64_t i) {
   return u;
 }
 
+// ---------------------------------------------------------------------------------------------
+// The normalize pass, y = (x - mean) * rstd * w + b, in one of two forms:
+//
+// kSplit: ((x - hi) * rstd + nlo) * w + b, where mean = hi + lo and nlo = -lo * rstd. x - hi is
+//   exact when the row sits at a large offset, and the lo part then restores the digits a float
+//   mean would have lost.
+// otherwise: (x * rstd + c) * w + b with c = -mean * rstd, one operation fewer. Used only when
+//   |mean| <= kNear * std, where x * rstd is no larger than (x - mean) * rstd plus kNear, so its
+//   rounding error is of the same size as the split form's.
+//
+// kStream writes y with non-temporal stores (see kStreamBytes and kStreamBytes16), whole cache
+// lines only, two vectors a store for 16-bit y (StreamPair): the values up to the first line
+// boundary of y and those after its last one get plain stores (a line written partly by each kind
+// is slow). Block(i) then covers the kBlock values from i + head, when they fit in the row; Rest()
+// writes whatever the blocks left.
 template <class St, bool kW, bool kB, bool kSplit, bool kStream>
 struct Normalizer {
   using T = typename St::T;
@@ -230,21 +231,16 @@ struct Normalizer {
     const V xi = St::Load(x + i);
     return Affine<kW, kB>(S::MulAdd(kSplit ? S::Sub(xi, vhi) : xi, vr, vc), w, b, i);
   }
-  template <bool kNT = kStream>
-  FASTLN_INLINE void One(int64_t i) const {
-    if (kNT) {
-      St::StoreStream(y + i, Compute(i));
-    } else {
-      St::StoreY(y + i, Compute(i));
-    }
-  }
+  FASTLN_INLINE void One(int64_t i) const { St::StoreY(y + i, Compute(i)); }
+  // Streamed: values [i, i + 2N), i on a line boundary of y.
+  FASTLN_INLINE void Pair(int64_t i) const { St::StreamPair(y + i, Compute(i), Compute(i + N)); }
   // Values [i, end) with plain stores. Every value is computed by the same vector arithmetic
   // (FMA) wherever it falls, so that y does not depend on where the vectors start, that is on y's
   // alignment: the last partial vector is computed in full at a position inside the row and only
   // its lanes in [i, end) are kept. (In place, the lanes before i read values already replaced by
   // y; they are the ones dropped.) Rows shorter than a vector go scalar.
   void Plain(int64_t i, int64_t end) const {
-    for (; i + N <= end; i += N) One<false>(i);
+    for (; i + N <= end; i += N) One(i);
     if (i >= end) return;
     if (n >= N) {
       const int64_t base = Min(i, n - N);
@@ -269,15 +265,26 @@ struct Normalizer {
       if (kW) PrefetchAhead(w + i, kBlockOf<T>);
       if (kB) PrefetchAhead(b + i, kBlockOf<T>);
     }
-    if (kStream && i + kBlockOf<T> > n) return;
-    for (int a = 0; a < kAcc; ++a) One(i + a * N);
+    if (kStream) {
+      if (i + kBlockOf<T> > n) return;
+      static_assert(kAcc % 2 == 0, "a streamed block is whole pairs");
+      for (int a = 0; a < kAcc; a += 2) Pair(i + a * N);
+    } else {
+      for (int a = 0; a < kAcc; ++a) One(i + a * N);
+    }
     done = i + kBlockOf<T>;
   }
   // Values [done, n).
   void Rest() const {
     int64_t i = done;
     if (kStream) {
-      for (const int64_t lines = i + (n - i) / kLine * kLine; i < lines; i += N) One(i);
+      const int64_t lines = i + (n - i) / kLine * kLine;
+      for (; i + 2 * N <= lines; i += 2 * N) Pair(i);
+      // A line of 16-bit values is a whole number of pairs (N <= 16); a native vector can be a
+      // whole line (AVX-512 float), and an odd one is left.
+      if constexpr (St::kNative) {
+        for (; i < lines; i += N) St::StoreStream(y + i, Compute(i));
+      }
     }
     Plain(i, n);
   }
@@ -349,10 +356,22 @@ constexpr double kNear = 2.0;
 // A call whose output is at least this large writes it with non-temporal stores: it cannot stay in
 // the core's L2 anyway, and streaming skips reading each line of y before writing it (a third of
 // the memory traffic). Measured here, 2 MiB and up: 1.2-1.6x faster stores; 1 MiB: 1.5x slower.
+// Measured again in a C loop with 30 or more calls a timed block, y on a line boundary, float32
+// (2026-11-30): 2 MiB 1.1x faster streamed; from 6 to 16 MiB within 4% either way, but rows of
+// 16 KiB or more at 8 MiB 1.12-1.15x slower; 24 MiB 1.02x faster, 32 MiB and more 1.2-1.8x.
+// The threshold stays: which way the middle goes likely depends on the L3 (large and shared here).
 // Not when the caller says y is fresh (FASTLN_Y_FRESH, args.stream false): the kernel has just
 // zeroed those pages through the cache, and streaming over cached lines was 1.3x (huge pages) to
 // 3x (4 KiB pages) slower than plain stores there.
 constexpr int64_t kStreamBytes = int64_t(2) << 20;
+
+// 16-bit y streams from a larger size. Its vector store is half a register, so it streams two
+// vectors' values as one store (StreamPair). Measured in a C loop (1 thread, float32 weight and
+// bias, y on a line boundary, 30 or more calls in each timed block, 2026-11-30): float16 at 16 MiB
+// of y (8192x1024) was 5% slower streamed, as float32 from 6 to 16 MiB gained nothing by streaming
+// either; at 32 MiB (16384x1024) float16 3.48 -> 3.06 ms and bfloat16 3.87 -> 3.60 ms, and at
+// 64 MiB (32768x1024) 11.6 -> 7.8 ms and 11.5 -> 8.5 ms, which is float32's bytes per second.
+constexpr int64_t kStreamBytes16 = int64_t(32) << 20;
 constexpr int64_t kStreamRowBytes = 1024;
 
 // The first read of row r: the stored row x, or with kRes the residual add that also writes h.
@@ -501,18 +520,16 @@ inline bool ShortRow(int64_t n) {
   return n >= N && n % N == 0 && n <= kShortVecs * N;
 }
 
-// y[i..] of a short row in the short form.
-template <class St, bool kW, bool kB, bool kStream>
-inline void ShortStore(const typename St::E *x, typename St::E *y, const typename St::T *w,
-                       const typename St::T *b, typename Simd<typename St::T>::V vr,
-                       typename Simd<typename St::T>::V vc, int64_t i) {
+// y[i, i + N) of a short row in the short form.
+template <class St, bool kW, bool kB>
+FASTLN_INLINE typename Simd<typename St::T>::V ShortY(const typename St::E *x,
+                                                      const typename St::T *w,
+                                                      const typename St::T *b,
+                                                      typename Simd<typename St::T>::V vr,
+                                                      typename Simd<typename St::T>::V vc,
+                                                      int64_t i) {
   using S = Simd<typename St::T>;
-  const typename S::V u = Affine<kW, kB>(S::MulAdd(St::Load(x + i), vr, vc), w, b, i);
-  if (kStream) {
-    St::StoreStream(y + i, u);
-  } else {
-    St::StoreY(y + i, u);
-  }
+  return Affine<kW, kB>(S::MulAdd(St::Load(x + i), vr, vc), w, b, i);
 }
 
 // A short row the pipeline's short form does not take, kept out of line, away from the hot loop.
@@ -573,12 +590,27 @@ void ShortRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0
         E *y = ys + r * ldy;
         // Two vectors a step: the compiler's own choice for this loop varied from build to build,
         // at up to 4 instructions a vector.
+        // Streamed rows are whole lines (WholeLines): whole pairs, but for an odd native
+        // vector that is a line by itself (AVX-512 float).
         int64_t i = 0;
         for (; i + 2 * N <= n; i += 2 * N) {
-          ShortStore<St, kW, kB, kStream>(x, y, w, b, vr, vc, i);
-          ShortStore<St, kW, kB, kStream>(x, y, w, b, vr, vc, i + N);
+          const V u0 = ShortY<St, kW, kB>(x, w, b, vr, vc, i);
+          const V u1 = ShortY<St, kW, kB>(x, w, b, vr, vc, i + N);
+          if (kStream) {
+            St::StreamPair(y + i, u0, u1);
+          } else {
+            St::StoreY(y + i, u0);
+            St::StoreY(y + i + N, u1);
+          }
         }
-        if (i < n) ShortStore<St, kW, kB, kStream>(x, y, w, b, vr, vc, i);
+        if (i < n) {
+          const V u = ShortY<St, kW, kB>(x, w, b, vr, vc, i);
+          if constexpr (kStream && St::kNative) {
+            St::StoreStream(y + i, u);
+          } else {
+            St::StoreY(y + i, u);
+          }
+        }
         if (mean_out) mean_out[r] = T(mean4);
         if (rstd_out) rstd_out[r] = T(rstd4);
       } else {
@@ -678,17 +710,25 @@ void LayerNormRowsS(const AddNormArgs<typename St::E, typename St::T> &a, int64_
 
 // Whether a call writes y with non-temporal stores: y large, in rows long enough (the partial
 // cache lines at both ends of each row, which take plain stores, would otherwise be a large share
-// of its lines) or short rows of whole lines, and aligned to its element. Only float and double rows: a 16-bit row's vector store
-// is half a register, and streaming those 16-byte stores was slower everywhere it was tried (1
-// thread, float16 layer_norm: 8192x1024 3.38 ms against 2.47 ms plain, 2048x1024 0.40 against
-// 0.37 ms; bfloat16 8192x1024 6.6 against 3.9 ms).
+// of its lines) or short rows of whole lines, and aligned to its element.
 template <class St>
 inline bool StreamY(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0,
                     int64_t r1) {
   const int64_t row_bytes = a.cols * int64_t(sizeof(typename St::E));
-  return St::kNative && (r1 - r0) * row_bytes >= kStreamBytes &&
+  return (r1 - r0) * row_bytes >= (St::kNative ? kStreamBytes : kStreamBytes16) &&
          (row_bytes >= kStreamRowBytes || (ShortRow<St>(a.cols) && WholeLines<St>(a))) &&
          reinterpret_cast<uintptr_t>(a.y) % sizeof(typename St::E) == 0;
+}
+
+// Whether format St can stream y on this ISA. 16-bit y streams only where the ISA has a
+// non-temporal store for it; elsewhere the streaming kernels would be copies of the plain ones.
+template <class St>
+constexpr bool CanStreamY() {
+  if constexpr (St::kNative) {
+    return true;
+  } else {
+    return St::S::kStreamPairs;
+  }
 }
 
 // Layer norm of rows stored in format St, with the residual add when a.res is not null; `stream`
@@ -696,9 +736,11 @@ inline bool StreamY(const AddNormArgs<typename St::E, typename St::T> &a, int64_
 template <class St>
 void LayerNormRowsOf(const AddNormArgs<typename St::E, typename St::T> &a, bool stream,
                      int64_t r0, int64_t r1) {
-  if (stream && StreamY<St>(a, r0, r1)) {
-    if (a.res) return LayerNormRowsS<St, true, St::kNative>(a, r0, r1);
-    return LayerNormRowsS<St, false, St::kNative>(a, r0, r1);
+  if constexpr (CanStreamY<St>()) {
+    if (stream && StreamY<St>(a, r0, r1)) {
+      if (a.res) return LayerNormRowsS<St, true, true>(a, r0, r1);
+      return LayerNormRowsS<St, false, true>(a, r0, r1);
+    }
   }
   if (a.res) return LayerNormRowsS<St, true, false>(a, r0, r1);
   return LayerNormRowsS<St, false, false>(a, r0, r1);

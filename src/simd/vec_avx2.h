@@ -18,6 +18,7 @@ template <>
 struct Simd<float> {
   using V = __m256;
   static constexpr int N = 8;
+  static constexpr bool kStreamPairs = true;  // 16-bit y can stream (StreamF16Pair and the like)
   static inline V Load(const float *p) { return _mm256_loadu_ps(p); }
   static inline void Store(float *p, V v) { _mm256_storeu_ps(p, v); }
   // Non-temporal store; p aligned to sizeof(V). StreamFence orders such stores before later ones.
@@ -51,6 +52,14 @@ struct Simd<float> {
   static inline void StoreF16(uint16_t *p, V v) {
     _mm_storeu_si128(reinterpret_cast<__m128i *>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
   }
+  // The Stream*Pair members write a's 16-bit values at p and b's after them, as one non-temporal
+  // store of a whole vector (p aligned to 32 bytes): a 16-byte non-temporal store of each half was
+  // slower than plain stores at every size tried (see StreamY).
+  static inline void StreamF16Pair(uint16_t *p, V a, V b) {
+    const __m128i lo = _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT);
+    const __m128i hi = _mm256_cvtps_ph(b, _MM_FROUND_TO_NEAREST_INT);
+    _mm256_stream_si256(reinterpret_cast<__m256i *>(p), _mm256_set_m128i(hi, lo));
+  }
   // bfloat16 is the top half of a float. Widening: the 8 values broadcast to both 128-bit lanes
   // (a pure load), then one in-lane byte shuffle puts each in the top half of its float lane.
   // (vpmovzxwd + vpslld would take two ALU operations instead of one.)
@@ -62,17 +71,35 @@ struct Simd<float> {
                                          -128, -128, 12, 13, -128, -128, 14, 15);
     return _mm256_castsi256_ps(_mm256_shuffle_epi8(b, top));
   }
-  static inline void StoreBF16(uint16_t *p, V v) {
-    // Round to nearest even by adding 0x7fff plus the lowest kept bit; NaN lanes add nothing and
-    // get the quiet bit instead. Masks rather than a blend, and the top halves gathered by a byte
-    // shuffle and a qword permute rather than shift, extract and pack: 10 single-uop operations
-    // instead of 13, on a path that runs once per stored vector.
+  static inline void StoreBF16(uint16_t *p, V v) { StoreTopHalves(p, RoundBF16(v)); }
+  static inline void StoreBF16RoundOnly(uint16_t *p, V v) { StoreTopHalves(p, RoundBF16Only(v)); }
+  static inline void StreamBF16Pair(uint16_t *p, V a, V b) {
+    StreamTopHalves(p, RoundBF16(a), RoundBF16(b));
+  }
+  static inline void StreamBF16RoundOnlyPair(uint16_t *p, V a, V b) {
+    StreamTopHalves(p, RoundBF16Only(a), RoundBF16Only(b));
+  }
+  // v rounded to bfloat16 in the top half of each lane (the bottom half is left as it falls).
+  // Round to nearest even by adding 0x7fff plus the lowest kept bit; NaN lanes add nothing and
+  // get the quiet bit instead. Masks rather than a blend, and (StoreTopHalves) the top halves
+  // gathered by a byte shuffle and a qword permute rather than shift, extract and pack: 10
+  // single-uop operations instead of 13, on a path that runs once per stored vector.
+  static inline __m256i RoundBF16(V v) {
     const __m256i x = _mm256_castps_si256(v);
     const __m256i num = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_ORD_Q));  // 0 in NaN lanes
     const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
     const __m256i bias = _mm256_and_si256(_mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff)), num);
     const __m256i quiet = _mm256_andnot_si256(num, _mm256_set1_epi32(0x400000));
-    StoreTopHalves(p, _mm256_or_si256(_mm256_add_epi32(x, bias), quiet));
+    return _mm256_or_si256(_mm256_add_epi32(x, bias), quiet);
+  }
+  // RoundBF16 without its NaN test: 6 operations a stored vector instead of 10 (bfloat16
+  // layer_norm is ALU-bound here; 1.2x). Exact for every v whose NaN lanes, if any, are quiet with
+  // the low 16 bits zero (the rounding then carries nothing into the top half): NaNs widened from
+  // bfloat16 and the sums of such values. Inf rounds to Inf.
+  static inline __m256i RoundBF16Only(V v) {
+    const __m256i x = _mm256_castps_si256(v);
+    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+    return _mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), odd);
   }
   // The top 16 bits of each 32-bit lane of r, to 8 values at p.
   static inline void StoreTopHalves(uint16_t *p, __m256i r) {
@@ -82,14 +109,11 @@ struct Simd<float> {
     const __m256i q = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(r, hi), 0x08);
     _mm_storeu_si128(reinterpret_cast<__m128i *>(p), _mm256_castsi256_si128(q));
   }
-  // StoreBF16's rounding without its NaN test: 6 operations instead of 10 (bfloat16 layer_norm is
-  // ALU-bound here; 1.2x). Exact for every v whose NaN lanes, if any, are quiet with the low 16
-  // bits zero (the rounding then carries nothing into the top half): NaNs widened from bfloat16
-  // and the sums of such values. Inf rounds to Inf.
-  static inline void StoreBF16RoundOnly(uint16_t *p, V v) {
-    const __m256i x = _mm256_castps_si256(v);
-    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
-    StoreTopHalves(p, _mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), odd));
+  // Those of a, then those of b, to 16 values at p (aligned to 32 bytes), non-temporal. The pack
+  // works within 128-bit lanes (a0-3 b0-3 a4-7 b4-7); the permute puts the quarters in order.
+  static inline void StreamTopHalves(uint16_t *p, __m256i a, __m256i b) {
+    const __m256i q = _mm256_packus_epi32(_mm256_srli_epi32(a, 16), _mm256_srli_epi32(b, 16));
+    _mm256_stream_si256(reinterpret_cast<__m256i *>(p), _mm256_permute4x64_epi64(q, 0xd8));
   }
 };
 

@@ -21,6 +21,7 @@ template <>
 struct Simd<float> {
   using V = __m512;
   static constexpr int N = 16;
+  static constexpr bool kStreamPairs = true;  // 16-bit y can stream (StreamF16Pair and the like)
   static inline V Load(const float *p) { return _mm512_loadu_ps(p); }
   static inline void Store(float *p, V v) { _mm512_storeu_ps(p, v); }
   // Non-temporal store; p aligned to sizeof(V), which is one cache line here.
@@ -58,8 +59,10 @@ struct Simd<float> {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)));
   }
   static inline void StoreF16(uint16_t *p, V v) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i *>(p),
-                        _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(p), F16Bits(v));
+  }
+  static inline __m256i F16Bits(V v) {
+    return _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   }
   static inline V LoadBF16(const uint16_t *p) {
     const __m512i u =
@@ -67,6 +70,9 @@ struct Simd<float> {
     return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
   }
   static inline void StoreBF16(uint16_t *p, V v) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(p), BF16Bits(v));
+  }
+  static inline __m256i BF16Bits(V v) {
     const __m512i x = _mm512_castps_si512(v);
     const __m512i top = _mm512_srli_epi32(x, 16);
     const __m512i bias = _mm512_add_epi32(_mm512_and_si512(top, _mm512_set1_epi32(1)),
@@ -75,16 +81,33 @@ struct Simd<float> {
     const __m512i quiet = _mm512_or_si512(top, _mm512_set1_epi32(0x40));
     const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
     const __m512i r = _mm512_mask_blend_epi32(nan, rounded, quiet);  // every lane <= 0xffff
-    _mm256_storeu_si256(reinterpret_cast<__m256i *>(p), _mm512_cvtepi32_epi16(r));
+    return _mm512_cvtepi32_epi16(r);
   }
   // StoreBF16's rounding without its NaN test (compare and blend); for which v it is exact, see
   // vec_avx2.h.
   static inline void StoreBF16RoundOnly(uint16_t *p, V v) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(p), BF16OnlyBits(v));
+  }
+  static inline __m256i BF16OnlyBits(V v) {
     const __m512i x = _mm512_castps_si512(v);
     const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
     const __m512i r = _mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), odd);
-    _mm256_storeu_si256(reinterpret_cast<__m256i *>(p),
-                        _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
+    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
+  }
+  // a's 16-bit values at p and b's after them, in one non-temporal store of a whole vector (p
+  // aligned to 64 bytes); see vec_avx2.h.
+  static inline void StreamF16Pair(uint16_t *p, V a, V b) {
+    StreamHalves(p, F16Bits(a), F16Bits(b));
+  }
+  static inline void StreamBF16Pair(uint16_t *p, V a, V b) {
+    StreamHalves(p, BF16Bits(a), BF16Bits(b));
+  }
+  static inline void StreamBF16RoundOnlyPair(uint16_t *p, V a, V b) {
+    StreamHalves(p, BF16OnlyBits(a), BF16OnlyBits(b));
+  }
+  static inline void StreamHalves(uint16_t *p, __m256i a, __m256i b) {
+    _mm512_stream_si512(reinterpret_cast<__m512i *>(p),
+                        _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1));
   }
 };
 

@@ -62,6 +62,12 @@ struct Simd<float> {
     const uint32x4_t odd = vandq_u32(vshrq_n_u32(x, 16), vdupq_n_u32(1));
     vst1_u16(p, vshrn_n_u32(vaddq_u32(vaddq_u32(x, vdupq_n_u32(0x7fff)), odd), 16));
   }
+  // No non-temporal store for 16-bit values: the Stream*Pair members are declared only, as in
+  // vec_scalar.h.
+  static constexpr bool kStreamPairs = false;
+  static void StreamF16Pair(uint16_t *p, V a, V b);
+  static void StreamBF16Pair(uint16_t *p, V a, V b);
+  static void StreamBF16RoundOnlyPair(uint16_t *p, V a, V b);
 };
 
 template <>

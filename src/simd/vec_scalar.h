@@ -43,6 +43,13 @@ struct Simd {
   // StoreBF16 without its NaN test, where a vector ISA gains by that: exact for every v but a NaN
   // whose low 16 bits are not all zero (see vec_avx2.h). One value: the same conversion.
   static inline void StoreBF16RoundOnly(uint16_t *p, V v) { *p = FloatToBFloat16(v); }
+  // Declared only: without a non-temporal store for 16-bit values (kStreamPairs false), y of a
+  // 16-bit format never streams on this ISA, and these are named only by the formats' StreamPair,
+  // which is never called here (a call would fail to link).
+  static constexpr bool kStreamPairs = false;
+  static void StreamF16Pair(uint16_t *p, V a, V b);
+  static void StreamBF16Pair(uint16_t *p, V a, V b);
+  static void StreamBF16RoundOnlyPair(uint16_t *p, V a, V b);
 };
 
 }  // namespace FASTLN_NS
