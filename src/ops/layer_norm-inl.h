@@ -223,7 +223,7 @@ struct Normalizer {
       const int64_t mis = int64_t(reinterpret_cast<uintptr_t>(y) % 64) / int64_t(sizeof(E));
       head = Min(n, mis ? kLine - mis : 0);
       // A partial line at the row's end takes plain stores, which read the line from memory
-      // first, and the streamed stores queued behind them wait for that read: start it now.
+      // first, and the stores after them can wait for that read: start it now.
       // (32768x1024, y 16 bytes past a line boundary, as NumPy's arrays often are, 1 thread:
       // float32 18.6 -> 17.5 ms, float16 10.9 -> 9.3 ms, bfloat16 11.8 -> 9.9 ms.)
       if (reinterpret_cast<uintptr_t>(y + n) % 64) __builtin_prefetch(y + n - 1, 1);
