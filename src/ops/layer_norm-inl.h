@@ -225,7 +225,8 @@ struct Normalizer {
       // A partial line at the row's end takes plain stores, which read the line from memory
       // first, and the stores after them can wait for that read: start it now.
       // (32768x1024, y 16 bytes past a line boundary, as NumPy's arrays often are, 1 thread:
-      // float32 18.6 -> 17.5 ms, float16 10.9 -> 9.3 ms, bfloat16 11.8 -> 9.9 ms.)
+      // float32 18.6-18.7 -> 17.5 ms, float16 10.8-11.0 -> 9.2-9.5 ms, bfloat16 11.7-11.9 ->
+      // 9.7-10.2 ms.)
       if (reinterpret_cast<uintptr_t>(y + n) % 64) __builtin_prefetch(y + n - 1, 1);
       Plain(0, head);
       done = head;
@@ -361,10 +362,10 @@ constexpr double kNear = 2.0;
 // A call whose output is at least this large writes it with non-temporal stores: it cannot stay in
 // the core's L2 anyway, and streaming skips reading each line of y before writing it (a third of
 // the memory traffic). Measured here, 2 MiB and up: 1.2-1.6x faster stores; 1 MiB: 1.5x slower.
-// Measured again in a C loop with 30 or more calls a timed block, y on a line boundary, float32
-// (2026-11-30): 2 MiB 1.1x faster streamed; from 6 to 16 MiB within 4% either way, but rows of
-// 16 KiB or more at 8 MiB 1.12-1.15x slower; 24 MiB 1.02x faster, 32 MiB and more 1.2-1.8x.
-// The threshold stays: which way the middle goes likely depends on the L3 (large and shared here).
+// Measured again in a C loop, timed blocks of 8 to 300 calls (40 ms or more), y on a line
+// boundary, float32 (2026-11-30): 2 MiB 1.1x faster streamed; from 6 to 16 MiB within 4% either
+// way, but rows of 16 KiB or more at 8 MiB 1.12-1.15x slower; 24 MiB 1.02x faster, 32 MiB and more
+// 1.2-1.8x. The threshold stays: these figures are one machine's, whose L3 is large and shared.
 // Not when the caller says y is fresh (FASTLN_Y_FRESH, args.stream false): the kernel has just
 // zeroed those pages through the cache, and streaming over cached lines was 1.3x (huge pages) to
 // 3x (4 KiB pages) slower than plain stores there.
@@ -372,7 +373,7 @@ constexpr int64_t kStreamBytes = int64_t(2) << 20;
 
 // 16-bit y streams from a larger size. Its vector store is half a register, so it streams two
 // vectors' values as one store (StreamPair). Measured in a C loop (1 thread, float32 weight and
-// bias, y on a line boundary, 30 or more calls in each timed block, 2026-11-30): float16 at 16 MiB
+// bias, y on a line boundary, timed blocks of 8 to 30 calls, 2026-11-30): float16 at 16 MiB
 // of y (8192x1024) was 5% slower streamed, as float32 from 6 to 16 MiB gained nothing by streaming
 // either; at 32 MiB (16384x1024) float16 3.48 -> 3.06 ms and bfloat16 3.87 -> 3.60 ms, and at
 // 64 MiB (32768x1024) 11.6 -> 7.8 ms and 11.5 -> 8.5 ms, which is float32's bytes per second.
