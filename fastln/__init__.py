@@ -17,7 +17,7 @@ import functools
 import math
 import operator
 import os
-from typing import Optional, Sequence, Union
+from typing import Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -116,6 +116,8 @@ __all__ = [
     "get_isa",
     "set_num_threads",
     "get_num_threads",
+    "set_stream_bytes",
+    "get_stream_bytes",
     "set_cache_limit",
     "cache_info",
     "__version__",
@@ -183,6 +185,28 @@ def get_num_threads() -> int:
     return _core.get_num_threads()
 
 
+def set_stream_bytes(nbytes: Optional[int] = None, nbytes16: Optional[int] = None) -> None:
+    """Write outputs of at least nbytes (float32, float64) or nbytes16 (float16, bfloat16) with
+    streaming stores, which skip the caches; None restores the default (2 MiB and 32 MiB, or
+    FASTLN_STREAM_MIB MiB when set at start-up). The sizes count the whole call's output. Where
+    the crossover lies depends on the machine's caches: see README, "Choosing the ISA and the number of threads"."""
+    vals = []
+    for name, v in (("nbytes", nbytes), ("nbytes16", nbytes16)):
+        if v is None:
+            vals.append(-1)
+            continue
+        v = operator.index(v)
+        if v < 0:
+            raise ValueError(f"{name} must be >= 0 or None, got {v}")
+        vals.append(v)
+    _core.set_stream_bytes(vals[0], vals[1])
+
+
+def get_stream_bytes() -> Tuple[int, int]:
+    """(nbytes, nbytes16): the output sizes from which fastln streams (see set_stream_bytes)."""
+    return _core.get_stream_bytes()
+
+
 def runtime_info() -> dict:
     """What this build and machine run: version, ISA, usable ISAs, OpenMP, threads, CUDA."""
     return {
@@ -192,6 +216,7 @@ def runtime_info() -> dict:
         "isas": [n for n in _ISAS if _core.isa_supported(n)],
         "openmp": _core.has_openmp(),
         "num_threads": _core.get_num_threads(),
+        "stream_bytes": _core.get_stream_bytes(),
         "cuda": _cuda_info(),
     }
 

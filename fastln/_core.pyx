@@ -107,6 +107,8 @@ cdef extern from "fastln/fastln.h" nogil:
     int fastln_set_isa(const char *name)
     int fastln_isa_supported(const char *name)
     int fastln_init_status()
+    int fastln_set_stream_bytes(int64_t native_bytes, int64_t half_bytes)
+    int64_t fastln_get_stream_bytes(int half)
     int fastln_set_num_threads(int n)
     int fastln_get_num_threads()
     int fastln_has_openmp()
@@ -869,3 +871,11 @@ def get_num_threads():
 
 def has_openmp():
     return bool(fastln_has_openmp())
+
+
+def set_stream_bytes(int64_t native_bytes, int64_t half_bytes):
+    _check(fastln_set_stream_bytes(native_bytes, half_bytes))
+
+
+def get_stream_bytes():
+    return fastln_get_stream_bytes(0), fastln_get_stream_bytes(1)

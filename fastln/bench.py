@@ -459,8 +459,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     round_time = 0.002 if a.quick else 0.01
 
     info = fastln.runtime_info()
-    print(f"fastln {info['version']} isa={info['isa']} threads={a.threads}; {machine()}; "
-          f"numpy {np.__version__}")
+    sb, sb16 = (v / (1 << 20) for v in info["stream_bytes"])
+    print(f"fastln {info['version']} isa={info['isa']} threads={a.threads} "
+          f"streams y from {sb:g} MiB ({sb16:g} MiB 16-bit); {machine()}; numpy {np.__version__}")
     for note in notes:
         print(f"note: {note}")
     print("µs: best round, per call. GB/s: bytes of x and y over fastln's time. / floor: fastln "

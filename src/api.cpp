@@ -95,7 +95,7 @@ int LayerNorm(const T *x, int64_t ldx, T *y, int64_t ldy, const T *w, const T *b
   if (!t) return InitStatus();
   if (rows == 0) return FASTLN_OK;
   const LayerNormArgs<T> args{x, ldx, y, ldy, w, b, mean, rstd, cols, eps,
-                              (flags & FASTLN_Y_FRESH) == 0};
+                              (flags & FASTLN_Y_FRESH) == 0, rows};
   ParallelRows(args, t->*fn, rows, cols);
   return FASTLN_OK;
 }
@@ -267,6 +267,7 @@ int AddNorm(const AddNormArgs<T, P> &a, int64_t rows, AddNormRowsFn<T, P> Kernel
   int status = FASTLN_OK;
   AddNormArgs<T, P> args = a;
   args.status = &status;
+  args.call_rows = rows;
   ParallelRows(args, t->*fn, rows, n);
   return status;
 }

@@ -1,5 +1,6 @@
 // Picks the kernel table: CPU detection, the FASTLN_ISA override, and the active table.
 // Compiled with the baseline flags only: nothing here may use an instruction the CPU might lack.
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -136,7 +137,53 @@ void Init() {
   g_init_status.compare_exchange_strong(one, status);
 }
 
+// ---- when y is written with non-temporal stores ------------------------------------------------
+//
+// Streaming stores skip reading each line of y before writing it (a third of the memory traffic
+// of a pass from x to y), but they also send y past the caches, where a y that the caches could
+// have held, with x, is slower to write and to read back. Defaults: float32 and float64 y from
+// 2 MiB, 16-bit y from 32 MiB (measured on a Sapphire Rapids guest; see the comment above StreamY
+// in src/ops/layer_norm-inl.h). On an AMD EPYC (Zen 3) guest with a 32 MiB L3 (2026-11-30,
+// float32 out=, 1 thread, rows of 1024 values, processes alternating) the crossover moved from
+// run to run: one run had plain stores faster from 2 to 8 MiB of y (4 MiB: 238 against 386 us)
+// and streaming faster from 16 MiB (1561 against 1954 us); a later run had streaming from 2 MiB
+// as fast or faster at 2 and 8 MiB. The defaults stay until a rule holds across runs;
+// fastln_set_stream_bytes and FASTLN_STREAM_MIB set them per machine.
+constexpr int64_t kMiB = int64_t(1) << 20;
+
+struct StreamPolicy {
+  int64_t native, half;
+};
+
+StreamPolicy DefaultStreamPolicy() {
+  // FASTLN_STREAM_MIB=n: y of n MiB or more streams, whatever its dtype; a negative n: never.
+  const char *env = getenv("FASTLN_STREAM_MIB");
+  if (env && env[0]) {
+    char *end = nullptr;
+    const long long n = strtoll(env, &end, 10);
+    if (end && *end == '\0') {
+      const int64_t b = n < 0 || n > (int64_t(1) << 40) ? INT64_MAX : int64_t(n) * kMiB;
+      return StreamPolicy{b, b};
+    }
+  }
+  return StreamPolicy{2 * kMiB, 32 * kMiB};
+}
+
+const StreamPolicy &DefaultStream() {
+  static const StreamPolicy p = DefaultStreamPolicy();
+  return p;
+}
+
+// -1: the default.
+std::atomic<int64_t> g_stream_native{-1}, g_stream_half{-1};
+
 }  // namespace
+
+int64_t StreamBytes(bool native) {
+  const int64_t v = (native ? g_stream_native : g_stream_half).load(std::memory_order_relaxed);
+  if (v >= 0) return v;
+  return native ? DefaultStream().native : DefaultStream().half;
+}
 
 const KernelTable *ActiveTable() {
   const KernelTable *t = g_table.load(std::memory_order_acquire);
@@ -186,5 +233,13 @@ int fastln_set_isa(const char *name) {
 }
 
 int fastln_init_status(void) { return fastln::InitStatus(); }
+
+int fastln_set_stream_bytes(int64_t native_bytes, int64_t half_bytes) {
+  fastln::g_stream_native.store(native_bytes < 0 ? -1 : native_bytes);
+  fastln::g_stream_half.store(half_bytes < 0 ? -1 : half_bytes);
+  return FASTLN_OK;
+}
+
+int64_t fastln_get_stream_bytes(int half) { return fastln::StreamBytes(half == 0); }
 
 }  // extern "C"

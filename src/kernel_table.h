@@ -9,6 +9,11 @@
 
 namespace fastln {
 
+// The size of a call's y, in bytes, from which it is written with non-temporal stores: float32
+// and float64 y when native, 16-bit y otherwise (dispatch.cpp; fastln_set_stream_bytes). Baseline
+// code, so every ISA's kernels may call it.
+int64_t StreamBytes(bool native);
+
 template <class T>
 struct LayerNormArgs {
   const T *x; int64_t ldx;
@@ -20,6 +25,7 @@ struct LayerNormArgs {
   int64_t cols;
   double eps;
   bool stream;      // y may take non-temporal stores (false when the caller says y is fresh)
+  int64_t call_rows = 0;  // rows of the whole call (all threads); 0: the kernel's own block
 };
 
 template <class T>
@@ -63,6 +69,7 @@ struct AddNormArgs {
   int64_t cols;
   double eps;
   int *status;  // a kernel that fails (out of memory) stores a fastln_status here
+  int64_t call_rows = 0;  // rows of the whole call (all threads); 0: the kernel's own block
 };
 
 template <class T, class P>

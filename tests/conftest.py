@@ -18,6 +18,15 @@ def isa(request):
 
 
 @pytest.fixture
+def streaming():
+    """Pin the output sizes from which y streams to 2 MiB (float32, float64) and 32 MiB (16-bit),
+    the sizes the streamed-output tests are built around, whatever FASTLN_STREAM_MIB says."""
+    fastln.set_stream_bytes(2 << 20, 32 << 20)
+    yield
+    fastln.set_stream_bytes(None, None)
+
+
+@pytest.fixture
 def rng():
     return np.random.default_rng(12345)
 

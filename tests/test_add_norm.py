@@ -112,8 +112,8 @@ def test_residual_rows_read_back_from_h(isa, rng, op, dtype, h_to):
 
 
 @pytest.mark.parametrize("op", OPS)
-def test_residual_large_output_streams(isa, rng, op):
-    # 4 MiB of y: large enough for non-temporal stores of y (2 MiB per thread at two threads).
+def test_residual_large_output_streams(isa, streaming, rng, op):
+    # 4 MiB of y: large enough for non-temporal stores of y (2 MiB, with `streaming`).
     x = _data(rng, (128, 8192), np.float32)
     r = _data(rng, (128, 8192), np.float32)
     w, b = _data(rng, 8192, np.float32), _data(rng, 8192, np.float32)

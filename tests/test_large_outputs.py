@@ -12,19 +12,10 @@ from fastln import _reference as ref
 TOL = {np.float32: 2e-5, np.float64: 1e-12}
 
 
-@pytest.fixture
-def one_thread():
-    """Whether y streams is decided per thread's block of rows, so with two threads each block
-    would be half the output and these sizes would not reach the threshold: one thread."""
-    fastln.set_num_threads(1)
-    yield
-    fastln.set_num_threads(0)
-
-
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("cols", [256, 1024, 1031, 4097])
 @pytest.mark.parametrize("shift", [0, 1, 3, 8, 15])
-def test_streamed_rows_match_small_calls(isa, one_thread, rng, dtype, cols, shift):
+def test_streamed_rows_match_small_calls(isa, streaming, rng, dtype, cols, shift):
     itemsize = np.dtype(dtype).itemsize
     rows = (2 << 20) // (cols * itemsize) + 3
     x = (0.5 + rng.standard_normal((rows, cols))).astype(dtype)
@@ -45,7 +36,7 @@ def test_streamed_rows_match_small_calls(isa, one_thread, rng, dtype, cols, shif
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_streamed_in_place(isa, one_thread, rng, dtype):
+def test_streamed_in_place(isa, streaming, rng, dtype):
     x = (3.0 + 2.0 * rng.standard_normal((600, 1024))).astype(dtype)
     x[7, 3] = np.nan
     expected = fastln.layer_norm(x)
@@ -93,7 +84,7 @@ def _dtype(name):
 @pytest.mark.parametrize("dtype", _half_dtypes())
 @pytest.mark.parametrize("cols", [64, 1024, 1031])
 @pytest.mark.parametrize("shift", [0, 8])
-def test_streamed_16bit_rows(isa, one_thread, rng, dtype, cols, shift):
+def test_streamed_16bit_rows(isa, streaming, rng, dtype, cols, shift):
     # 16-bit y of 32 MiB and more is streamed, two vectors' values in each store (partial lines at
     # the ends of a row plain): bit for bit the float32 computation rounded once, as plain stores
     # give it.
@@ -114,7 +105,7 @@ def test_streamed_16bit_rows(isa, one_thread, rng, dtype, cols, shift):
 
 
 @pytest.mark.parametrize("dtype", _half_dtypes())
-def test_streamed_16bit_residual_in_place(isa, one_thread, rng, dtype):
+def test_streamed_16bit_residual_in_place(isa, streaming, rng, dtype):
     # The fused add with a streamed y: h (plain stores) into x itself, y into r.
     dtype = _dtype(dtype)
     rows, cols = (32 << 20) // (1024 * 2) + 5, 1024

@@ -450,8 +450,8 @@ def test_short_rows_residual_mixed_rows(isa, rng, dtype, cols, target):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_short_rows_do_not_depend_on_threads_or_where_out_lies(isa, rng, dtype):
-    # Outputs large enough that each of two threads streams y (2 MiB a thread or more), with y
+def test_short_rows_do_not_depend_on_threads_or_where_out_lies(isa, streaming, rng, dtype):
+    # Outputs large enough to stream y (2 MiB or more, with `streaming`), with y
     # aligned to a cache line or not: short rows (up to 1024 bytes with AVX-512) must come out the
     # same bit for bit, streamed or not, at any thread count, in any number of rows, rows near and
     # far from zero alike.
@@ -482,8 +482,8 @@ def test_short_rows_do_not_depend_on_threads_or_where_out_lies(isa, rng, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_short_rows_streamed_output(isa, rng, dtype):
-    # An output of 2 MiB or more (per thread) whose rows are whole cache lines is written with
+def test_short_rows_streamed_output(isa, streaming, rng, dtype):
+    # An output of 2 MiB or more (with `streaming`) whose rows are whole cache lines is written with
     # streaming stores.
     cols = 64
     rows = (4 << 20) // (cols * np.dtype(dtype).itemsize) + 3

@@ -198,6 +198,15 @@ int fastln_isa_supported(const char *name);
  * see src/dispatch.cpp), neon on ARM, else scalar. */
 const char *fastln_best_isa(void);
 
+/* Streaming stores: a call whose y (all of it, over all threads) is at least this many bytes
+ * writes y with non-temporal stores, which skip reading y's lines first but leave y out of the
+ * caches. native_bytes is for float32 and float64 y, half_bytes for float16 and bfloat16 y; a
+ * negative value restores that one's default (2 MiB and 32 MiB, or FASTLN_STREAM_MIB MiB for both
+ * when that was set at start-up). Returns FASTLN_OK. fastln_get_stream_bytes(0) gives
+ * the float32/float64 size, fastln_get_stream_bytes(1) the 16-bit one. */
+int fastln_set_stream_bytes(int64_t native_bytes, int64_t half_bytes);
+int64_t fastln_get_stream_bytes(int half);
+
 /* Threads: 0 means "follow OpenMP" (OMP_NUM_THREADS, omp_set_num_threads, threadpoolctl). */
 int fastln_set_num_threads(int n);
 int fastln_get_num_threads(void);

@@ -191,7 +191,7 @@ inline V Affine(V u, const T *w, const T *b, int64_t i) {
 //   |mean| <= kNear * std, where x * rstd is no larger than (x - mean) * rstd plus kNear, so its
 //   rounding error is of the same size as the split form's.
 //
-// kStream writes y with non-temporal stores (see kStreamBytes and kStreamBytes16), whole cache
+// kStream writes y with non-temporal stores (see StreamY), whole cache
 // lines only, two vectors a store for 16-bit y (StreamPair): the values up to the first line
 // boundary of y and those after its last one get plain stores (a line written partly by each kind
 // is slow). Block(i) then covers the kBlock values from i + head, when they fit in the row; Rest()
@@ -359,25 +359,17 @@ inline void ExactRow(const typename St::E *x, typename St::E *y, int64_t n,
 // the others the split form (see Normalizer).
 constexpr double kNear = 2.0;
 
-// A call whose output is at least this large writes it with non-temporal stores: it cannot stay in
-// the core's L2 anyway, and streaming skips reading each line of y before writing it (a third of
-// the memory traffic). Measured here, 2 MiB and up: 1.2-1.6x faster stores; 1 MiB: 1.5x slower.
-// Measured again in a C loop, timed blocks of 8 to 300 calls (40 ms or more), y on a line
-// boundary, float32 (2026-11-30): 2 MiB 1.1x faster streamed; from 6 to 16 MiB within 4% either
-// way, but rows of 16 KiB or more at 8 MiB 1.12-1.15x slower; 24 MiB 1.02x faster, 32 MiB and more
-// 1.2-1.8x. The threshold stays: these figures are one machine's, whose L3 is large and shared.
-// Not when the caller says y is fresh (FASTLN_Y_FRESH, args.stream false): the kernel has just
-// zeroed those pages through the cache, and streaming over cached lines was 1.3x (huge pages) to
-// 3x (4 KiB pages) slower than plain stores there.
-constexpr int64_t kStreamBytes = int64_t(2) << 20;
-
-// 16-bit y streams from a larger size. Its vector store is half a register, so it streams two
-// vectors' values as one store (StreamPair). Measured in a C loop (1 thread, float32 weight and
-// bias, y on a line boundary, timed blocks of 8 to 30 calls, 2026-11-30): float16 at 16 MiB
-// of y (8192x1024) was 5% slower streamed, as float32 from 6 to 16 MiB gained nothing by streaming
-// either; at 32 MiB (16384x1024) float16 3.48 -> 3.06 ms and bfloat16 3.87 -> 3.60 ms, and at
-// 64 MiB (32768x1024) 11.6 -> 7.8 ms and 11.5 -> 8.5 ms, which is float32's bytes per second.
-constexpr int64_t kStreamBytes16 = int64_t(32) << 20;
+// When a call streams y: StreamBytes (dispatch.cpp; defaults 2 MiB, 32 MiB for 16-bit y).
+// Measured on a Sapphire Rapids guest with a large shared L3: float32 2 MiB and up 1.2-1.6x faster
+// stores, 1 MiB 1.5x slower; again in a C loop, timed blocks of 8 to 300 calls (40 ms or more), y
+// on a line boundary (2026-11-30): 2 MiB 1.1x faster streamed; from 6 to 16 MiB within 4% either
+// way, but rows of 16 KiB or more at 8 MiB 1.12-1.15x slower; 24 MiB 1.02x faster, 32 MiB and
+// more 1.2-1.8x. 16-bit y in the same C loop (timed blocks of 8 to 30 calls): float16 at 16 MiB
+// (8192x1024) 5% slower streamed; at 32 MiB (16384x1024) float16 3.48 -> 3.06 ms and bfloat16
+// 3.87 -> 3.60 ms, and at 64 MiB 11.6 -> 7.8 ms and 11.5 -> 8.5 ms. Not when the caller says y is fresh (FASTLN_Y_FRESH, args.stream false): the
+// kernel has just zeroed those pages through the cache, and streaming over cached lines was 1.3x
+// (huge pages) to 3x (4 KiB pages) slower than plain stores there. 16-bit y streams two vectors'
+// values as one store (StreamPair): a line of it holds twice the values.
 constexpr int64_t kStreamRowBytes = 1024;
 
 // The first read of row r: the stored row x, or with kRes the residual add that also writes h.
@@ -417,6 +409,23 @@ inline Moments NormalizeAndNext(const Src *next, int64_t n, const typename St::E
 // their own pipeline: 512x64 f32 2.4 -> 2.2 ns per 8 floats; long rows unchanged within 2%).
 constexpr int kLag = 2;
 
+// A row far from the pivot (zero) is summed again about the last pass's mean. At a large offset the
+// first pass's float sums give a mean good to a few standard deviations only on long rows with few
+// lanes (65536 values at 1e6 +- 1 on the scalar ISA), so up to two more passes.
+template <class St>
+inline void SumAgain(const typename St::E *x, int64_t n, double inv_n, double *mean, double *var) {
+  using T = typename St::T;
+  double pivot = 0.0;
+  for (int pass = 0; pass < 3 && IsFinite(*mean) && IsFinite(*var) &&
+                     !((*mean - pivot) * (*mean - pivot) <= kPivot * kPivot * *var);
+       ++pass) {
+    pivot = double(T(*mean));
+    const Moments ms = RowMoments<true>(RowOf<St>{x}, n, T(pivot), NoJob{});
+    *var = ms.m2 * inv_n;
+    *mean = ms.mean;
+  }
+}
+
 // Rows [r0, r1) stored in format St. With kRes (a.res not null), each row's first read is the
 // residual add: h = x + res is written once, while the statistics run on it, and every later pass
 // (the shifted statistics, the normalize pass, the exact path) reads h, still in L1.
@@ -445,18 +454,7 @@ void LayerNormRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_
     const Moments mo = ahead[0];
     double var = mo.m2 * inv_n;
     double mean = mo.mean;
-    // Rows far from the pivot are summed again about the last pass's mean. At a large offset
-    // the first pass's float sums give a mean good to a few standard deviations only on long rows
-    // with few lanes (65536 values at 1e6 +- 1 on the scalar ISA), so up to two more passes.
-    double pivot = 0.0;
-    for (int pass = 0; pass < 3 && IsFinite(mean) && IsFinite(var) &&
-                       !((mean - pivot) * (mean - pivot) <= kPivot * kPivot * var);
-         ++pass) {
-      pivot = double(T(mean));
-      const Moments ms = RowMoments<true>(RowOf<St>{x}, n, T(pivot), NoJob{});
-      var = ms.m2 * inv_n;
-      mean = ms.mean;
-    }
+    SumAgain<St>(x, n, inv_n, &mean, &var);
     const bool near = mean * mean <= kNear * kNear * var;
     Moments mo2{0.0, 0.0, 0.0};  // row r + kLag
     double rstd;
@@ -482,6 +480,79 @@ void LayerNormRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_
     ahead[kLag - 1] = mo2;
   }
   if (kStream) Simd<T>::StreamFence();  // order the streamed y before whatever reads it next
+}
+
+// ---------------------------------------------------------------------------------------------
+// Long rows in column bands. A row of kBandRowBytes or more, with its weight, bias and y, is more
+// than L1 holds, so the general loop above reads weight and bias from L2 again for every row: with
+// x twice and y's read for ownership, five lines come from L2 for each line of y, where the floor
+// (a multiply into y) takes two. Here a group of up to kBandRows rows takes its statistics first,
+// row by row, then its normalize pass a band of columns at a time across the group, so that each
+// band of weight and bias is read from L2 once a group. Each value goes through the same
+// arithmetic as in the general loop (Normalizer::Plain), so y does not depend on the grouping.
+// Only for plain stores: streamed rows write whole lines in each row's own order (Normalizer).
+constexpr int64_t kBandRowBytes = 8192;
+constexpr int kBandRows = 8;
+constexpr int64_t kBandValues = 1024;
+
+template <class St, bool kRes, bool kW, bool kB>
+void LayerNormRowsBanded(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0,
+                         int64_t r1) {
+  using T = typename St::T;
+  using E = typename St::E;
+  const int64_t n = a.cols;
+  const double eps = a.eps, inv_n = 1.0 / double(n);
+  const E *xs = kRes ? a.h : a.x;
+  const int64_t lds = kRes ? a.ldh : a.ldx;
+  // Per row of the group: 0 done (the exact path), 1 short form, 2 split form.
+  int kind[kBandRows];
+  T hi[kBandRows], c[kBandRows], rs[kBandRows];
+  for (int64_t g0 = r0; g0 < r1; g0 += kBandRows) {
+    const int rows = int(Min(int64_t(kBandRows), r1 - g0));
+    for (int k = 0; k < rows; ++k) {
+      const int64_t r = g0 + k;
+      const E *x = xs + r * lds;
+      const Moments mo = RowMoments<false>(FirstRead<St, kRes>::Row(a, r), n, T(0), NoJob{});
+      double var = mo.m2 * inv_n;
+      double mean = mo.mean;
+      SumAgain<St>(x, n, inv_n, &mean, &var);
+      double rstd;
+      if (IsFinite(var) && IsFinite(mean) && var + eps >= TinyVar<T>()) {
+        rstd = 1.0 / Sqrt(var + eps);
+        rs[k] = T(rstd);
+        if (mean * mean <= kNear * kNear * var) {
+          kind[k] = 1;
+          hi[k] = T(0);
+          c[k] = T(-mean * rstd);
+        } else {
+          kind[k] = 2;
+          hi[k] = T(mean);
+          const T lo = T(mean - double(hi[k]));
+          c[k] = T(-lo * rs[k]);
+        }
+      } else {
+        kind[k] = 0;
+        ExactRow<St>(x, a.y + r * a.ldy, n, a.weight, a.bias, eps, &mean, &rstd);
+      }
+      if (a.mean) a.mean[r] = T(mean);
+      if (a.rstd) a.rstd[r] = T(rstd);
+    }
+    for (int64_t i = 0; i < n; i += kBandValues) {
+      const int64_t end = Min(i + kBandValues, n);
+      for (int k = 0; k < rows; ++k) {
+        const int64_t r = g0 + k;
+        const E *x = xs + r * lds;
+        E *y = a.y + r * a.ldy;
+        if (kind[k] == 1) {
+          Normalizer<St, kW, kB, false, false>(x, y, n, a.weight, a.bias, hi[k], c[k], rs[k])
+              .Plain(i, end);
+        } else if (kind[k] == 2) {
+          Normalizer<St, kW, kB, true, false>(x, y, n, a.weight, a.bias, hi[k], c[k], rs[k])
+              .Plain(i, end);
+        }
+      }
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -708,20 +779,29 @@ void LayerNormRowsS(const AddNormArgs<typename St::E, typename St::T> &a, int64_
     if (kStream && !WholeLines<St>(a)) return ShortRowsW<St, kRes, false>(a, r0, r1);
     return ShortRowsW<St, kRes, kStream>(a, r0, r1);
   }
+  if (!kStream && r1 - r0 > 1 &&
+      a.cols * int64_t(sizeof(typename St::E)) >= kBandRowBytes) {
+    if (a.weight && a.bias) return LayerNormRowsBanded<St, kRes, true, true>(a, r0, r1);
+    if (a.weight) return LayerNormRowsBanded<St, kRes, true, false>(a, r0, r1);
+    if (a.bias) return LayerNormRowsBanded<St, kRes, false, true>(a, r0, r1);
+    return LayerNormRowsBanded<St, kRes, false, false>(a, r0, r1);
+  }
   if (a.weight && a.bias) return LayerNormRowsT<St, kRes, true, true, kStream>(a, r0, r1);
   if (a.weight) return LayerNormRowsT<St, kRes, true, false, kStream>(a, r0, r1);
   if (a.bias) return LayerNormRowsT<St, kRes, false, true, kStream>(a, r0, r1);
   return LayerNormRowsT<St, kRes, false, false, kStream>(a, r0, r1);
 }
 
-// Whether a call writes y with non-temporal stores: y large, in rows long enough (the partial
+// Whether a call writes y with non-temporal stores: y large (the whole call's, which is what
+// decides whether x and y stay in the cache the threads share), in rows long enough (the partial
 // cache lines at both ends of each row, which take plain stores, would otherwise be a large share
 // of its lines) or short rows of whole lines, and aligned to its element.
 template <class St>
 inline bool StreamY(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0,
                     int64_t r1) {
   const int64_t row_bytes = a.cols * int64_t(sizeof(typename St::E));
-  return (r1 - r0) * row_bytes >= (St::kNative ? kStreamBytes : kStreamBytes16) &&
+  const int64_t rows = a.call_rows > 0 ? a.call_rows : r1 - r0;
+  return rows * row_bytes >= StreamBytes(St::kNative) &&
          (row_bytes >= kStreamRowBytes || (ShortRow<St>(a.cols) && WholeLines<St>(a))) &&
          reinterpret_cast<uintptr_t>(a.y) % sizeof(typename St::E) == 0;
 }
@@ -756,7 +836,7 @@ void LayerNormRowsOf(const AddNormArgs<typename St::E, typename St::T> &a, bool 
 template <class T>
 void LayerNormRows(const LayerNormArgs<T> &a, int64_t r0, int64_t r1) {
   const AddNormArgs<T, T> b{a.x,    a.ldx,  nullptr, 0,      nullptr, 0,     a.y,    a.ldy,
-                            a.weight, a.bias, a.mean, a.rstd, a.cols,  a.eps, nullptr};
+                            a.weight, a.bias, a.mean, a.rstd, a.cols,  a.eps, nullptr, a.call_rows};
   LayerNormRowsOf<Native<T>>(b, a.stream, r0, r1);
 }
 

@@ -55,7 +55,7 @@ struct Simd<float> {
   // The Stream*Pair members write a's 16-bit values at p and b's after them, as one non-temporal
   // store of a whole vector (p aligned to 32 bytes): a 16-byte non-temporal store of each half was
   // slower than plain stores at every size tried (float16 8192x1024: 3.38 against 2.47 ms). When
-  // 16-bit y streams at all: kStreamBytes16.
+  // 16-bit y streams at all: StreamBytes (dispatch.cpp).
   static inline void StreamF16Pair(uint16_t *p, V a, V b) {
     const __m128i lo = _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT);
     const __m128i hi = _mm256_cvtps_ph(b, _MM_FROUND_TO_NEAREST_INT);

@@ -324,7 +324,9 @@ void RunForwardCase(const Isa &isa, const char *kname, Op op, fastln::LayerNormR
     a.weight = hw ? w.data() : nullptr, a.bias = hb ? b.data() : nullptr;
     a.mean = stats ? mean.data() : nullptr, a.rstd = stats ? rstd.data() : nullptr;
     a.cols = n, a.eps = eps, a.stream = stream;
+    if (stream) fastln_set_stream_bytes(0, 0);  // whatever the default is on this machine
     fn(a, 1, rows - 1);
+    if (stream) fastln_set_stream_bytes(-1, -1);
     Worst wy, ws;
     bool nan_ok = true, guard_ok = true;
     for (int64_t r = 0; r < rows; ++r) {
@@ -357,8 +359,8 @@ void CheckForward(const Isa &isa, const char *kname, fastln::LayerNormRowsFn<P> 
     RunForwardCase<P>(isa, kname, op, fn, n, kHardRows, 7 + n, "hard rows");
   for (int64_t n : {int64_t(1), int64_t(17), int64_t(768), int64_t(4097)})
     RunForwardCase<P>(isa, kname, op, fn, n, ExtremeRows<P>(), 99 + n, "extreme magnitudes");
-  // Outputs of several MiB may take non-temporal stores, whole cache lines only: rows of an odd
-  // length at odd offsets start and end mid-line.
+  // Non-temporal stores (forced, whatever the size), whole cache lines only: rows of an odd length
+  // at odd offsets start and end mid-line.
   RunForwardCase<P>(isa, kname, op, fn, 100003, TailRows(1e3), 5, "streamed", true);
 }
 
@@ -808,6 +810,17 @@ void CheckCApi() {
          "eps = 0 is fine");
   Expect(fastln_set_isa("bogus") == FASTLN_ERR_UNKNOWN_ISA, "set_isa(bogus)");
   Expect(fastln_set_num_threads(-1) == FASTLN_ERR_BAD_ARGUMENT, "set_num_threads(-1)");
+  {
+    const int64_t d0 = fastln_get_stream_bytes(0), d1 = fastln_get_stream_bytes(1);
+    Expect(d0 >= (int64_t(2) << 20) && d1 >= (int64_t(2) << 20), "default stream sizes %lld %lld",
+           (long long)d0, (long long)d1);
+    fastln_set_stream_bytes(123, 456);
+    Expect(fastln_get_stream_bytes(0) == 123 && fastln_get_stream_bytes(1) == 456,
+           "set_stream_bytes sets both");
+    fastln_set_stream_bytes(-1, -1);
+    Expect(fastln_get_stream_bytes(0) == d0 && fastln_get_stream_bytes(1) == d1,
+           "set_stream_bytes(-1, -1) restores the defaults");
+  }
   for (int s = 1; s >= -7; --s) {
     const char *msg = fastln_status_string(s);
     Expect(msg != nullptr && msg[0] != '\0', "status_string(%d)", s);
@@ -836,6 +849,13 @@ void CheckCApi() {
              "%s: bitwise equal outputs at 1 and %d threads", isa.name, nt);
     }
     fastln_set_num_threads(0);
+    // Everything streamed (from 0 bytes) against plain stores (y1: 1.6 MB, under the default).
+    fastln_set_stream_bytes(0, 0);
+    const int s3 = fastln_layer_norm_f32(xm.data(), yn.data(), nullptr, nullptr, mn.data(),
+                                         rn.data(), rows, cols, 1e-5f);
+    fastln_set_stream_bytes(-1, -1);
+    Expect(s3 == FASTLN_OK && memcmp(y1.data(), yn.data(), y1.size() * 4) == 0,
+           "%s: streamed y bitwise equal to plain stores", isa.name);
   }
   Expect(fastln_set_isa(nullptr) == FASTLN_OK && strcmp(fastln_isa(), ExpectedBest()) == 0,
          "set_isa(NULL) restores the best ISA");

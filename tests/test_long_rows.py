@@ -1,0 +1,129 @@
+"""Rows of 8 KiB or more, which the kernels normalize in column bands across groups of up to 8
+rows (see LayerNormRowsBanded): every row must come out bit for bit as a call with that row alone
+(which takes the general loop), whatever the number of rows, the group boundaries, the rows' kind
+(near zero, far from it, NaN or Inf) and where y lies; and near the float64 reference."""
+
+import numpy as np
+import pytest
+
+import fastln
+from fastln import _reference as ref
+
+TOL = {np.float32: 3e-5, np.float64: 1e-10}  # rows at 1e4 from zero
+
+
+def _rows(rng, rows, cols, dtype):
+    """Rows near zero, far from it (the split form and the extra statistics passes) and a few
+    that take the exact path (NaN, Inf, a constant row)."""
+    x = 0.5 + 2.0 * rng.standard_normal((rows, cols))
+    x[1::3] += 1e4
+    x[2::5] *= 1e-3
+    if rows > 4:
+        x[4, 7] = np.nan
+    if rows > 6:
+        x[6, -1] = np.inf
+    if rows > 9:
+        x[9] = 3.0
+    return x.astype(dtype)
+
+
+def _one_row_each(x, w, b, **kw):
+    return np.concatenate([fastln.layer_norm(x[r : r + 1], w, b, **kw) for r in range(len(x))])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("rows", [2, 7, 8, 9, 17])
+@pytest.mark.parametrize("cols", [2048, 2049, 3000, 4096, 5003])
+def test_banded_rows_match_one_row_calls(isa, rng, dtype, rows, cols):
+    item = np.dtype(dtype).itemsize
+    if cols * item < 8192:
+        cols = 8192 // item + cols % 64
+    x = _rows(rng, rows, cols, dtype)
+    w = rng.standard_normal(cols).astype(dtype)
+    b = rng.standard_normal(cols).astype(dtype)
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = _one_row_each(x, w, b)
+        y, mean, rstd = fastln.layer_norm(x, w, b, return_stats=True)
+        np.testing.assert_array_equal(y, want)
+        for r in range(rows):
+            _, m1, s1 = fastln.layer_norm(x[r : r + 1], w, b, return_stats=True)
+            np.testing.assert_array_equal(mean[r : r + 1], m1)
+            np.testing.assert_array_equal(rstd[r : r + 1], s1)
+        # No weight, no bias, and each alone.
+        for ww, bb in ((None, None), (w, None), (None, b)):
+            np.testing.assert_array_equal(fastln.layer_norm(x, ww, bb), _one_row_each(x, ww, bb))
+        expected = ref.layer_norm(x.astype(np.float64), w, b)
+    finite = np.isfinite(x).all(axis=1)
+    assert np.isnan(y[~finite]).all()
+    np.testing.assert_allclose(y[finite], expected[finite], rtol=0, atol=TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_banded_rows_in_place_strided_and_misaligned(isa, rng, dtype):
+    rows, cols = 11, 3001
+    x = _rows(rng, rows, cols, dtype)
+    w = rng.standard_normal(cols).astype(dtype)
+    b = rng.standard_normal(cols).astype(dtype)
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = _one_row_each(x, w, b)
+        xc = x.copy()
+        fastln.layer_norm(xc, w, b, out=xc)
+        np.testing.assert_array_equal(xc, want)
+        # Rows with a gap between them (a row stride past the row), y one element off a line.
+        big = np.zeros((rows, cols + 5), dtype)
+        big[:, :cols] = x
+        buf = np.empty(rows * cols + 16, dtype)
+        out = buf[1 : 1 + rows * cols].reshape(rows, cols)
+        fastln.layer_norm(big[:, :cols], w, b, out=out)
+        np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_banded_rows_any_thread_count(isa, rng, dtype):
+    # Each thread bands its own block of rows; the groups then start elsewhere, the result not.
+    rows, cols = 37, 4100
+    x = _rows(rng, rows, cols, dtype)
+    w = rng.standard_normal(cols).astype(dtype)
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = _one_row_each(x, w, None)
+        try:
+            for threads in (1, 2, 3):
+                fastln.set_num_threads(threads)
+                np.testing.assert_array_equal(fastln.layer_norm(x, w), want)
+        finally:
+            fastln.set_num_threads(0)
+
+
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+def test_banded_rows_fused_residual(isa, rng, op):
+    rows, cols = 10, 2500
+    x = rng.standard_normal((rows, cols)).astype(np.float32)
+    r = rng.standard_normal((rows, cols)).astype(np.float32)
+    x[3] += 1e4
+    w = rng.standard_normal(cols).astype(np.float32)
+    f = getattr(fastln, op)
+    y, h = f(x, w, residual=r)
+    np.testing.assert_array_equal(h, x + r)
+    np.testing.assert_array_equal(y, f(x + r, w))
+    # h written over x.
+    xc = x.copy()
+    y2, h2 = f(xc, w, residual=r, residual_out=xc)
+    assert h2 is xc
+    np.testing.assert_array_equal(xc, x + r)
+    np.testing.assert_array_equal(y2, y)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_banded_rows_16bit(isa, rng, dtype):
+    if dtype == "bfloat16":
+        ml_dtypes = pytest.importorskip("ml_dtypes")
+        dt = np.dtype(ml_dtypes.bfloat16)
+    else:
+        dt = np.dtype(np.float16)
+    rows, cols = 9, 4099
+    x = (0.5 + 2.0 * rng.standard_normal((rows, cols))).astype(dt)
+    w = rng.standard_normal(cols).astype(np.float32)
+    b = rng.standard_normal(cols).astype(np.float32)
+    y = fastln.layer_norm(x, w, b)
+    want = np.concatenate([fastln.layer_norm(x[r : r + 1], w, b) for r in range(rows)])
+    np.testing.assert_array_equal(y.view(np.uint16), want.view(np.uint16))
