@@ -189,7 +189,8 @@ def set_stream_bytes(nbytes: Optional[int] = None, nbytes16: Optional[int] = Non
     """Write outputs of at least nbytes (float32, float64) or nbytes16 (float16, bfloat16) with
     streaming stores, which skip the caches; None restores the default (2 MiB and 32 MiB, or
     FASTLN_STREAM_MIB MiB when set at start-up). The sizes count the whole call's output. Where
-    the crossover lies depends on the machine's caches: see README, "Choosing the ISA and the number of threads"."""
+    the crossover lies depends on the machine's caches: see README, "Choosing the ISA and the
+    number of threads"."""
     vals = []
     for name, v in (("nbytes", nbytes), ("nbytes16", nbytes16)):
         if v is None:

@@ -191,11 +191,11 @@ inline V Affine(V u, const T *w, const T *b, int64_t i) {
 //   |mean| <= kNear * std, where x * rstd is no larger than (x - mean) * rstd plus kNear, so its
 //   rounding error is of the same size as the split form's.
 //
-// kStream writes y with non-temporal stores (see StreamY), whole cache
-// lines only, two vectors a store for 16-bit y (StreamPair): the values up to the first line
-// boundary of y and those after its last one get plain stores (a line written partly by each kind
-// is slow). Block(i) then covers the kBlock values from i + head, when they fit in the row; Rest()
-// writes whatever the blocks left.
+// kStream writes y with non-temporal stores (see StreamY), whole cache lines only, two vectors a
+// store for 16-bit y (StreamPair): the values up to the first line boundary of y and those after
+// its last one get plain stores (a line written partly by each kind is slow). Block(i) then covers
+// the kBlock values from i + head, when they fit in the row; Rest() writes whatever the blocks
+// left.
 template <class St, bool kW, bool kB, bool kSplit, bool kStream>
 struct Normalizer {
   using T = typename St::T;
@@ -366,10 +366,10 @@ constexpr double kNear = 2.0;
 // way, but rows of 16 KiB or more at 8 MiB 1.12-1.15x slower; 24 MiB 1.02x faster, 32 MiB and
 // more 1.2-1.8x. 16-bit y in the same C loop (timed blocks of 8 to 30 calls): float16 at 16 MiB
 // (8192x1024) 5% slower streamed; at 32 MiB (16384x1024) float16 3.48 -> 3.06 ms and bfloat16
-// 3.87 -> 3.60 ms, and at 64 MiB 11.6 -> 7.8 ms and 11.5 -> 8.5 ms. Not when the caller says y is fresh (FASTLN_Y_FRESH, args.stream false): the
-// kernel has just zeroed those pages through the cache, and streaming over cached lines was 1.3x
-// (huge pages) to 3x (4 KiB pages) slower than plain stores there. 16-bit y streams two vectors'
-// values as one store (StreamPair): a line of it holds twice the values.
+// 3.87 -> 3.60 ms, and at 64 MiB 11.6 -> 7.8 ms and 11.5 -> 8.5 ms. Not when the caller says y is
+// fresh (FASTLN_Y_FRESH, args.stream false): the kernel has just zeroed those pages through the
+// cache, and streaming over cached lines was 1.3x (huge pages) to 3x (4 KiB pages) slower than
+// plain stores there. 16-bit y streams two vectors' values as one store (StreamPair).
 constexpr int64_t kStreamRowBytes = 1024;
 
 // The first read of row r: the stored row x, or with kRes the residual add that also writes h.
