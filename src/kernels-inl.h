@@ -84,7 +84,8 @@ inline bool ExactScale(const typename St::E *x, typename St::E *y, int64_t n, do
 // and 512x4096 unchanged within noise; 2048 and 4096 bytes ahead did no better. Prefetching past
 // the end of a row is harmless: a prefetch never faults. Rows under kPrefetchRowBytes skip it: the
 // hardware follows them, and on 2048x64 the prefetches cost instructions for nothing (callgrind:
-// 419 a row with them, 402 without).
+// 419 a row with them, 402 without). The normalize pass has a higher threshold of its own
+// (kPrefetchNormalizeBytes in ops/layer_norm-inl.h).
 constexpr int64_t kPrefetchBytes = 1024;
 constexpr int64_t kPrefetchRowBytes = 2048;
 
