@@ -202,8 +202,9 @@ inline V Affine(V u, const T *w, const T *b, int64_t i) {
 // L1 then, with weight and bias: the prefetches only took load slots. Measured on an AMD EPYC
 // (Zen 3, 32 KiB L1d) guest, C loop over the kernel, float32, 1 thread, both builds in one
 // process, best of 7 rounds, three runs: 128x768 16.1-16.9 -> 14.9-15.9 us, 128x1024 21.1-23.2
-// -> 20.1-21.3 us; 512x1024, 128x1536, 1024x2048, 2048x768 within noise; streamed y (8192x768,
-// 8192x1024, 4096x1536, 32768x512, 2048x1024) from 3% slower to 8% faster.
+// -> 20.1-21.3 us; 512x1024, 128x1536, 1024x2048 within noise. In one run each: 2048x768 within
+// noise, streamed y (8192x768, 8192x1024, 4096x1536, 32768x512, 2048x1024) from 3% slower to 8%
+// faster.
 constexpr int64_t kPrefetchNormalizeBytes = 8192;
 
 template <class St, bool kW, bool kB, bool kSplit, bool kStream>
