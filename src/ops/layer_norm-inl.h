@@ -583,6 +583,15 @@ void LayerNormRowsBanded(const AddNormArgs<typename St::E, typename St::T> &a, i
 // setup.py's -fno-wrapv), staged against the general loop: 2048x64 46.6 -> 34.6 us, 8192x64
 // 231 -> 164 us, 32768x64 880 -> 713 us, 2048x128 75 -> 69 us.
 //
+// The stages take rows two at a time: the pair's reductions fold together (ReducePairs) and its
+// means, variances and rstds are two-lane operations (simd/pair.h), and its normalize pass loads
+// each vector of weight and bias once for both rows. Measured on an AMD EPYC (Zen 3) guest, float32,
+// 1 thread, out=, C loop over the kernel with both builds in one process, best of 9-15 rounds,
+// three runs (one row a stage -> pairs): 2048x64 28.6-31.8 -> 24.2-29.3 us, 8192x64 133-137 ->
+// 98-110 us, 32768x64 549 -> 413 us (one run), 4096x32 44-57 -> 35-41 us; 2048x128 and 512x128
+// within noise. A standalone prototype of one row a stage with the folded reduction alone gained
+// nothing, nor one with pairs whose statistics were reduced and finished one lane at a time.
+//
 // Rows whose mean lies more than kPivot standard deviations from zero, where the sums about zero
 // lose digits, take a second pass from L1 in the reduce stage: the squared deviations from the
 // first pass's mean, whose sum corrects both the mean and the variance (the corrected two-pass
@@ -608,18 +617,6 @@ inline bool ShortRow(int64_t n) {
   return n >= N && n % N == 0 && n <= kShortVecs * N;
 }
 
-// y[i, i + N) of a short row in the short form.
-template <class St, bool kW, bool kB>
-FASTLN_INLINE typename Simd<typename St::T>::V ShortY(const typename St::E *x,
-                                                      const typename St::T *w,
-                                                      const typename St::T *b,
-                                                      typename Simd<typename St::T>::V vr,
-                                                      typename Simd<typename St::T>::V vc,
-                                                      int64_t i) {
-  using S = Simd<typename St::T>;
-  return Affine<kW, kB>(S::MulAdd(St::Load(x + i), vr, vc), w, b, i);
-}
-
 // A short row the pipeline's short form does not take, kept out of line, away from the hot loop.
 // Far from zero, its two-pass statistics already have their digits (see above), so only the
 // normalize pass takes the split form. Rows with NaN or Inf, or a variance that underflows, run
@@ -638,6 +635,94 @@ __attribute__((noinline)) void ShortRowAside(const AddNormArgs<typename St::E, t
       .All();
   if (g.mean) g.mean[r] = T(mean);
   if (g.rstd) g.rstd[r] = T(rstd);
+}
+
+// Row r's second pass in the short pipeline: the squared deviations from the first pass's mean,
+// whose sum corrects both the mean and the variance (the corrected two-pass algorithm; Chan,
+// Golub, LeVeque).
+template <class St>
+inline void ShortSecondPass(const typename St::E *x, int64_t n, double inv_n, double *mean,
+                            double *var) {
+  using T = typename St::T;
+  using S = Simd<T>;
+  using V = typename S::V;
+  constexpr int N = S::N;
+  const T m = T(*mean);
+  const V vm = S::Set(m);
+  V e0 = S::Zero(), e1 = S::Zero(), q0 = S::Zero(), q1 = S::Zero();
+  int64_t i = 0;
+  for (; i + 2 * N <= n; i += 2 * N) {
+    const V d0 = S::Sub(St::Load(x + i), vm), d1 = S::Sub(St::Load(x + i + N), vm);
+    e0 = S::Add(e0, d0);
+    e1 = S::Add(e1, d1);
+    q0 = S::MulAdd(d0, d0, q0);
+    q1 = S::MulAdd(d1, d1, q1);
+  }
+  if (i < n) {
+    const V d = S::Sub(St::Load(x + i), vm);
+    e0 = S::Add(e0, d);
+    q0 = S::MulAdd(d, d, q0);
+  }
+  const double es = double(S::ReduceSum(S::Add(e0, e1)));
+  *mean = double(m) + es * inv_n;
+  *var = (double(S::ReduceSum(S::Add(q0, q1))) - es * es * inv_n) * inv_n;
+}
+
+// u * W + B for weight and bias vectors already loaded, with either or both absent.
+template <bool kW, bool kB, class S>
+FASTLN_INLINE typename S::V AffineV(typename S::V u, typename S::V W, typename S::V B) {
+  if (kW && kB) return S::MulAdd(u, W, B);
+  if (kW) return S::Mul(u, W);
+  if (kB) return S::Add(u, B);
+  return u;
+}
+
+// The short form of the normalize pass on one short row or, kTwo, two, which then share each load
+// of weight and bias. Two vectors a step: the compiler's own choice for this loop varied from
+// build to build, at up to 4 instructions a vector. Streamed rows are whole lines (WholeLines):
+// whole pairs, but for an odd native vector that is a line by itself (AVX-512 float).
+template <class St, bool kW, bool kB, bool kStream, bool kTwo>
+FASTLN_INLINE void ShortNormalize(const typename St::E *x0, typename St::E *y0,
+                                  const typename St::E *x1, typename St::E *y1, int64_t n,
+                                  const typename St::T *w, const typename St::T *b,
+                                  typename Simd<typename St::T>::V vr0,
+                                  typename Simd<typename St::T>::V vc0,
+                                  typename Simd<typename St::T>::V vr1,
+                                  typename Simd<typename St::T>::V vc1) {
+  using S = Simd<typename St::T>;
+  using V = typename S::V;
+  constexpr int N = S::N;
+  auto put = [&](typename St::E *y, int64_t i, V u0, V u1) __attribute__((always_inline)) {
+    if (kStream) {
+      St::StreamPair(y + i, u0, u1);
+    } else {
+      St::StoreY(y + i, u0);
+      St::StoreY(y + i + N, u1);
+    }
+  };
+  auto one = [&](typename St::E *y, int64_t i, V u) __attribute__((always_inline)) {
+    if constexpr (kStream && St::kNative) {
+      St::StoreStream(y + i, u);
+    } else {
+      St::StoreY(y + i, u);
+    }
+  };
+  int64_t i = 0;
+  for (; i + 2 * N <= n; i += 2 * N) {
+    const V w0 = kW ? S::Load(w + i) : S::Zero(), w1 = kW ? S::Load(w + i + N) : S::Zero();
+    const V b0 = kB ? S::Load(b + i) : S::Zero(), b1 = kB ? S::Load(b + i + N) : S::Zero();
+    put(y0, i, AffineV<kW, kB, S>(S::MulAdd(St::Load(x0 + i), vr0, vc0), w0, b0),
+        AffineV<kW, kB, S>(S::MulAdd(St::Load(x0 + i + N), vr0, vc0), w1, b1));
+    if (kTwo) {
+      put(y1, i, AffineV<kW, kB, S>(S::MulAdd(St::Load(x1 + i), vr1, vc1), w0, b0),
+          AffineV<kW, kB, S>(S::MulAdd(St::Load(x1 + i + N), vr1, vc1), w1, b1));
+    }
+  }
+  if (i < n) {
+    const V w0 = kW ? S::Load(w + i) : S::Zero(), b0 = kB ? S::Load(b + i) : S::Zero();
+    one(y0, i, AffineV<kW, kB, S>(S::MulAdd(St::Load(x0 + i), vr0, vc0), w0, b0));
+    if (kTwo) one(y1, i, AffineV<kW, kB, S>(S::MulAdd(St::Load(x1 + i), vr1, vc1), w0, b0));
+  }
 }
 
 template <class St, bool kRes, bool kW, bool kB, bool kStream>
@@ -665,109 +750,115 @@ void ShortRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0
   g.ldx = lds;
   g.res = nullptr;
 
-  V sum = S::Zero(), sq = S::Zero();       // stage 1's output: row r + 2's sums by lanes
-  double mean3 = 0.0, var3 = 0.0;          // stage 2's: row r + 1's mean and variance
-  double mean4 = 0.0, var4 = 0.0, rstd4 = 0.0;  // stage 3's: row r's,
-  bool fast4 = false;                           // and whether the short form takes it
-  for (int64_t r = r0 - 3; r < r1; ++r) {
-    // Stage 4: normalize row r.
-    if (r >= r0) {
-      if (fast4) {
-        const V vr = S::Set(T(rstd4)), vc = S::Set(T(-mean4 * rstd4));
-        const E *x = xs + r * lds;
-        E *y = ys + r * ldy;
-        // Two vectors a step: the compiler's own choice for this loop varied from build to build,
-        // at up to 4 instructions a vector.
-        // Streamed rows are whole lines (WholeLines): whole pairs, but for an odd native
-        // vector that is a line by itself (AVX-512 float).
-        int64_t i = 0;
-        for (; i + 2 * N <= n; i += 2 * N) {
-          const V u0 = ShortY<St, kW, kB>(x, w, b, vr, vc, i);
-          const V u1 = ShortY<St, kW, kB>(x, w, b, vr, vc, i + N);
-          if (kStream) {
-            St::StreamPair(y + i, u0, u1);
-          } else {
-            St::StoreY(y + i, u0);
-            St::StoreY(y + i + N, u1);
-          }
+  // Pair p is rows r0 + 2p and r0 + 2p + 1; with an odd count the last pair is one row, whose
+  // arithmetic is the same as in a pair (every lane operation is the row's own), so no row's
+  // result depends on how the rows were split between threads.
+  const int64_t pairs = (r1 - r0 + 1) / 2;
+  V sa = S::Zero(), qa = S::Zero(), sb = S::Zero(), qb = S::Zero();  // stage 1: pair p + 2's sums
+  D2 mean3 = {0.0, 0.0}, var3 = {0.0, 0.0};  // stage 2: pair p + 1's mean and variance
+  D2 mean4 = {0.0, 0.0}, var4 = {0.0, 0.0}, rstd4 = {0.0, 0.0};  // stage 3: pair p's,
+  int fast4 = 0;  // and which of its rows (bit k: row k) the short form takes
+  for (int64_t p = -3; p < pairs; ++p) {
+    // Stage 4: normalize pair p.
+    if (p >= 0) {
+      const int64_t r = r0 + 2 * p;
+      const bool two = r + 1 < r1;
+      const D2 c4 = -mean4 * rstd4;
+      const V vr0 = S::Set(T(rstd4[0])), vc0 = S::Set(T(c4[0]));
+      const V vr1 = S::Set(T(rstd4[1])), vc1 = S::Set(T(c4[1]));
+      const E *x = xs + r * lds;
+      E *y = ys + r * ldy;
+      if (fast4 == (two ? 3 : 1)) {
+        if (two) {
+          ShortNormalize<St, kW, kB, kStream, true>(x, y, x + lds, y + ldy, n, w, b, vr0, vc0, vr1,
+                                                    vc1);
+        } else {
+          ShortNormalize<St, kW, kB, kStream, false>(x, y, x, y, n, w, b, vr0, vc0, vr0, vc0);
         }
-        if (i < n) {
-          const V u = ShortY<St, kW, kB>(x, w, b, vr, vc, i);
-          if constexpr (kStream && St::kNative) {
-            St::StoreStream(y + i, u);
-          } else {
-            St::StoreY(y + i, u);
-          }
-        }
-        if (mean_out) mean_out[r] = T(mean4);
-        if (rstd_out) rstd_out[r] = T(rstd4);
       } else {
-        ShortRowAside<St, kW, kB, kStream>(g, r, eps, mean4, var4);
+        if (fast4 & 1) {
+          ShortNormalize<St, kW, kB, kStream, false>(x, y, x, y, n, w, b, vr0, vc0, vr0, vc0);
+        } else {
+          ShortRowAside<St, kW, kB, kStream>(g, r, eps, mean4[0], var4[0]);
+        }
+        if (two) {
+          if (fast4 & 2) {
+            ShortNormalize<St, kW, kB, kStream, false>(x + lds, y + ldy, x, y, n, w, b, vr1, vc1,
+                                                       vr1, vc1);
+          } else {
+            ShortRowAside<St, kW, kB, kStream>(g, r + 1, eps, mean4[1], var4[1]);
+          }
+        }
+      }
+      // Aside rows wrote their own statistics.
+      if (mean_out) {
+        if (fast4 & 1) mean_out[r] = T(mean4[0]);
+        if (two && (fast4 & 2)) mean_out[r + 1] = T(mean4[1]);
+      }
+      if (rstd_out) {
+        if (fast4 & 1) rstd_out[r] = T(rstd4[0]);
+        if (two && (fast4 & 2)) rstd_out[r + 1] = T(rstd4[1]);
       }
     }
-    // Stage 3: row r + 1's rstd. The short form takes rows within kNear standard deviations of
+    // Stage 3: pair p + 1's rstd. The short form takes rows within kNear standard deviations of
     // zero with a finite variance that does not underflow; every comparison is false for NaN.
-    if (r + 1 >= r0 && r + 1 < r1) {
+    if (p + 1 >= 0 && p + 1 < pairs) {
       mean4 = mean3;
       var4 = var3;
-      fast4 = (mean3 * mean3 <= kNear * kNear * var3) & (var3 + eps >= TinyVar<T>()) &
-              (var3 <= kMaxDouble);
-      rstd4 = 1.0 / Sqrt(var3 + eps);
+      const D2 ve = var3 + eps;
+      const M2 ok = (mean3 * mean3 <= kNear * kNear * var3) & (ve >= TinyVar<T>()) &
+                    (var3 <= kMaxDouble);
+      fast4 = int(ok[0] & 1) | int(ok[1] & 2);
+      rstd4 = 1.0 / Sqrt2(ve);
     }
-    // Stage 2: row r + 2's mean and variance; for a row whose mean lies more than kPivot
+    // Stage 2: pair p + 2's means and variances; for a row whose mean lies more than kPivot
     // standard deviations from zero, where the sums about zero lost digits, a second pass from
-    // L1: the squared deviations from the first pass's mean, whose sum corrects both the mean and
-    // the variance (the corrected two-pass algorithm; Chan, Golub, LeVeque). Here in the
-    // pipeline, not out of line, so its latency overlaps the other rows' stages (2048x64 at an
-    // offset of 10: 60 us out of line).
-    if (r + 2 >= r0 && r + 2 < r1) {
-      const double e = double(S::ReduceSum(sum));
+    // L1 (ShortSecondPass). Here in the pipeline, not out of line, so its latency overlaps the
+    // other rows' stages (2048x64 at an offset of 10: 60 us out of line).
+    if (p + 2 >= 0 && p + 2 < pairs) {
+      D2 e, q;
+      ReducePairs<S>(sa, qa, sb, qb, &e, &q);
       mean3 = e * inv_n + 0.0;  // a row of -0 has mean +0, as in RowMoments
-      var3 = (double(S::ReduceSum(sq)) - e * mean3) * inv_n;
-      if (!(mean3 * mean3 <= kPivot * kPivot * var3) && IsFinite(mean3) && IsFinite(var3)) {
-        const E *x = xs + (r + 2) * lds;
-        const T m = T(mean3);
-        const V vm = S::Set(m);
-        V e0 = S::Zero(), e1 = S::Zero(), q0 = S::Zero(), q1 = S::Zero();
-        int64_t i = 0;
-        for (; i + 2 * N <= n; i += 2 * N) {
-          const V d0 = S::Sub(St::Load(x + i), vm), d1 = S::Sub(St::Load(x + i + N), vm);
-          e0 = S::Add(e0, d0);
-          e1 = S::Add(e1, d1);
-          q0 = S::MulAdd(d0, d0, q0);
-          q1 = S::MulAdd(d1, d1, q1);
+      var3 = (q - e * mean3) * inv_n;
+      const M2 near = mean3 * mean3 <= kPivot * kPivot * var3;
+      if (!(near[0] && near[1])) {
+        const int64_t r = r0 + 2 * (p + 2);
+        for (int k = 0; k < 2 && r + k < r1; ++k) {
+          double m = mean3[k], v = var3[k];
+          if (!near[k] && IsFinite(m) && IsFinite(v)) {
+            ShortSecondPass<St>(xs + (r + k) * lds, n, inv_n, &m, &v);
+            mean3[k] = m;
+            var3[k] = v;
+          }
         }
-        if (i < n) {
-          const V d = S::Sub(St::Load(x + i), vm);
-          e0 = S::Add(e0, d);
-          q0 = S::MulAdd(d, d, q0);
-        }
-        const double es = double(S::ReduceSum(S::Add(e0, e1)));
-        mean3 = double(m) + es * inv_n;
-        var3 = (double(S::ReduceSum(S::Add(q0, q1))) - es * es * inv_n) * inv_n;
       }
     }
-    // Stage 1: row r + 3's sums, of its values and their squares (its first read: with kRes,
-    // h = x + res is written here).
-    if (r + 3 < r1) {
-      const typename First::Src src = First::Row(a, r + 3);
-      V s0 = src.Load(0), s1 = S::Zero();
-      V q0 = S::Mul(s0, s0), q1 = S::Zero();
-      int64_t i = N;
-      for (; i + 2 * N <= n; i += 2 * N) {
-        const V v0 = src.Load(i), v1 = src.Load(i + N);
-        s0 = S::Add(s0, v0);
-        s1 = S::Add(s1, v1);
-        q0 = S::MulAdd(v0, v0, q0);
-        q1 = S::MulAdd(v1, v1, q1);
+    // Stage 1: pair p + 3's sums, of the values and their squares (their first read: with kRes,
+    // h = x + res is written here). One vector of each row a step, four chains.
+    if (p + 3 < pairs) {
+      const int64_t r = r0 + 2 * (p + 3);
+      const typename First::Src s0 = First::Row(a, r);
+      sa = s0.Load(0);
+      qa = S::Mul(sa, sa);
+      if (r + 1 < r1) {
+        const typename First::Src s1 = First::Row(a, r + 1);
+        sb = s1.Load(0);
+        qb = S::Mul(sb, sb);
+        for (int64_t i = N; i < n; i += N) {
+          const V v0 = s0.Load(i), v1 = s1.Load(i);
+          sa = S::Add(sa, v0);
+          sb = S::Add(sb, v1);
+          qa = S::MulAdd(v0, v0, qa);
+          qb = S::MulAdd(v1, v1, qb);
+        }
+      } else {
+        for (int64_t i = N; i < n; i += N) {
+          const V v0 = s0.Load(i);
+          sa = S::Add(sa, v0);
+          qa = S::MulAdd(v0, v0, qa);
+        }
+        sb = qb = S::Zero();
       }
-      if (i < n) {
-        const V v = src.Load(i);
-        s1 = S::Add(s1, v);
-        q1 = S::MulAdd(v, v, q1);
-      }
-      sum = S::Add(s0, s1);
-      sq = S::Add(q0, q1);
     }
   }
   if (kStream) S::StreamFence();

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "simd/half.h"
+#include "simd/pair.h"
 
 namespace fastln {
 namespace FASTLN_NS {

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "simd/half.h"  // one-value float16/bfloat16 conversions, for row tails
+#include "simd/pair.h"
 
 namespace fastln {
 namespace FASTLN_NS {
