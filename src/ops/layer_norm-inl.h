@@ -586,10 +586,10 @@ void LayerNormRowsBanded(const AddNormArgs<typename St::E, typename St::T> &a, i
 // The stages take rows two at a time: the pair's reductions fold together (ReducePairs) and its
 // means, variances and rstds are two-lane operations (simd/pair.h), and its normalize pass loads
 // each vector of weight and bias once for both rows. Measured on an AMD EPYC (Zen 3) guest, float32,
-// 1 thread, out=, C loop over the kernel with both builds in one process, best of 9-15 rounds,
-// three runs (one row a stage -> pairs): 2048x64 28.6-31.8 -> 24.2-29.3 us, 8192x64 133-137 ->
-// 98-110 us, 32768x64 549 -> 413 us (one run), 4096x32 44-57 -> 35-41 us; 2048x128 and 512x128
-// within noise. A standalone prototype of one row a stage with the folded reduction alone gained
+// 1 thread, out=, C loop over the kernel with both builds in one process, best of 9-15 rounds
+// (one row a stage -> pairs): 2048x64 28.6-32.7 -> 24.2-29.3 us and 8192x64 133-183 -> 98-126 us
+// (four runs), 4096x32 44-57 -> 35-44 us (three), 32768x64 549-700 -> 413-512 us (two); 2048x128
+// and 512x128 within noise. A standalone prototype of one row a stage with the folded reduction alone gained
 // nothing, nor one with pairs whose statistics were reduced and finished one lane at a time.
 //
 // Rows whose mean lies more than kPivot standard deviations from zero, where the sums about zero

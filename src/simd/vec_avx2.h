@@ -146,8 +146,8 @@ struct Simd<double> {
 
 // Two rows' sums and squares reduced together (see simd/pair.h): horizontal adds fold the four
 // vectors at once, where four ReduceSums take seven operations each. In a standalone prototype of
-// the short-row pipeline on pairs (float32, 2048x64, one run), four ReduceSums and per-lane
-// square roots ran 25.4-26.7 us, these folds and a two-lane square root 21.0-21.6 us.
+// the short-row pipeline on pairs (float32, 2048x64, two runs), four ReduceSums and per-lane
+// square roots ran 25.4-26.7 us, these folds and a two-lane square root 21.5-21.6 us.
 template <>
 inline void ReducePairs<Simd<float>>(__m256 sa, __m256 qa, __m256 sb, __m256 qb, D2 *s, D2 *q) {
   // Lanes {sa, qa, sb, qb} of each 128-bit half, then the halves added.
