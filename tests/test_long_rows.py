@@ -14,9 +14,11 @@ TOL = {np.float32: 3e-5, np.float64: 1e-10}  # rows at 1e4 from zero
 
 def _rows(rng, rows, cols, dtype):
     """Rows near zero, far from it (the split form and the extra statistics passes) and a few
-    that take the exact path (NaN, Inf, a constant row)."""
+    that take the exact path (NaN, Inf, a constant row), so that the band loop's pairs of rows
+    come in every mix of kinds."""
     x = 0.5 + 2.0 * rng.standard_normal((rows, cols))
     x[1::3] += 1e4
+    x[0] += 1e4  # rows 0 and 1, both far, are normalized as a pair (PlainTwo's split form)
     x[2::5] *= 1e-3
     if rows > 4:
         x[4, 7] = np.nan

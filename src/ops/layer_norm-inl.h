@@ -181,6 +181,15 @@ inline V Affine(V u, const T *w, const T *b, int64_t i) {
   return u;
 }
 
+// u * W + B for weight and bias vectors already loaded, with either or both absent.
+template <bool kW, bool kB, class S>
+FASTLN_INLINE typename S::V AffineV(typename S::V u, typename S::V W, typename S::V B) {
+  if (kW && kB) return S::MulAdd(u, W, B);
+  if (kW) return S::Mul(u, W);
+  if (kB) return S::Add(u, B);
+  return u;
+}
+
 // ---------------------------------------------------------------------------------------------
 // The normalize pass, y = (x - mean) * rstd * w + b, in one of two forms:
 //
@@ -506,6 +515,27 @@ constexpr int64_t kBandRowBytes = 8192;
 constexpr int kBandRows = 8;
 constexpr int64_t kBandValues = 1024;
 
+// Values [i, end) of two rows in the same form, loading each vector of weight and bias once for
+// both: with one row, a vector of y took three loads, and Zen 3 issues two 32-byte loads a
+// cycle. The arithmetic of each value is Plain's, so y does not depend on the pairing.
+template <class St, bool kW, bool kB, bool kSplit>
+inline void PlainTwo(const Normalizer<St, kW, kB, kSplit, false> &p,
+                     const Normalizer<St, kW, kB, kSplit, false> &q, int64_t i, int64_t end) {
+  using S = Simd<typename St::T>;
+  using V = typename S::V;
+  constexpr int N = S::N;
+  for (; i + N <= end; i += N) {
+    const V w = kW ? S::Load(p.w + i) : S::Zero(), b = kB ? S::Load(p.b + i) : S::Zero();
+    const V xp = St::Load(p.x + i), xq = St::Load(q.x + i);
+    St::StoreY(p.y + i, AffineV<kW, kB, S>(S::MulAdd(kSplit ? S::Sub(xp, p.vhi) : xp, p.vr, p.vc),
+                                           w, b));
+    St::StoreY(q.y + i, AffineV<kW, kB, S>(S::MulAdd(kSplit ? S::Sub(xq, q.vhi) : xq, q.vr, q.vc),
+                                           w, b));
+  }
+  p.Plain(i, end);
+  q.Plain(i, end);
+}
+
 template <class St, bool kRes, bool kW, bool kB>
 void LayerNormRowsBanded(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0,
                          int64_t r1) {
@@ -554,7 +584,24 @@ void LayerNormRowsBanded(const AddNormArgs<typename St::E, typename St::T> &a, i
         const int64_t r = g0 + k;
         const E *x = xs + r * lds;
         E *y = a.y + r * a.ldy;
-        if (kind[k] == 1) {
+        if (k + 1 < rows && kind[k] != 0 && kind[k + 1] == kind[k]) {
+          const E *x1 = xs + (r + 1) * lds;
+          E *y1 = a.y + (r + 1) * a.ldy;
+          if (kind[k] == 1) {
+            PlainTwo(Normalizer<St, kW, kB, false, false>(x, y, n, a.weight, a.bias, hi[k], c[k],
+                                                          rs[k]),
+                     Normalizer<St, kW, kB, false, false>(x1, y1, n, a.weight, a.bias, hi[k + 1],
+                                                          c[k + 1], rs[k + 1]),
+                     i, end);
+          } else {
+            PlainTwo(Normalizer<St, kW, kB, true, false>(x, y, n, a.weight, a.bias, hi[k], c[k],
+                                                         rs[k]),
+                     Normalizer<St, kW, kB, true, false>(x1, y1, n, a.weight, a.bias, hi[k + 1],
+                                                         c[k + 1], rs[k + 1]),
+                     i, end);
+          }
+          ++k;
+        } else if (kind[k] == 1) {
           Normalizer<St, kW, kB, false, false>(x, y, n, a.weight, a.bias, hi[k], c[k], rs[k])
               .Plain(i, end);
         } else if (kind[k] == 2) {
@@ -585,12 +632,13 @@ void LayerNormRowsBanded(const AddNormArgs<typename St::E, typename St::T> &a, i
 //
 // The stages take rows two at a time: the pair's reductions fold together (ReducePairs) and its
 // means, variances and rstds are two-lane operations (simd/pair.h), and its normalize pass loads
-// each vector of weight and bias once for both rows. Measured on an AMD EPYC (Zen 3) guest, float32,
-// 1 thread, out=, C loop over the kernel with both builds in one process, best of 9-15 rounds
-// (one row a stage -> pairs): 2048x64 28.6-32.7 -> 24.2-29.3 us and 8192x64 133-183 -> 98-126 us
-// (four runs), 4096x32 44-57 -> 35-44 us (three), 32768x64 549-700 -> 413-512 us (two); 2048x128
-// and 512x128 within noise. A standalone prototype of one row a stage with the folded reduction alone gained
-// nothing, nor one with pairs whose statistics were reduced and finished one lane at a time.
+// each vector of weight and bias once for both rows. Measured on an AMD EPYC (Zen 3) guest,
+// float32, 1 thread, out=, C loop over the kernel with both builds in one process, best of 9-15
+// rounds (one row a stage -> pairs): 2048x64 28.6-32.7 -> 24.2-29.3 us and 8192x64 133-183 ->
+// 98-126 us (four runs), 4096x32 44-57 -> 35-44 us (three), 32768x64 549-700 -> 413-512 us (two);
+// 2048x128 and 512x128 within noise. A standalone prototype of one row a stage with the folded
+// reduction alone gained nothing, nor one with pairs whose statistics were reduced and finished
+// one lane at a time.
 //
 // Rows whose mean lies more than kPivot standard deviations from zero, where the sums about zero
 // lose digits, take a second pass from L1 in the reduce stage: the squared deviations from the
@@ -666,15 +714,6 @@ inline void ShortSecondPass(const typename St::E *x, int64_t n, double inv_n, do
   const double es = double(S::ReduceSum(S::Add(e0, e1)));
   *mean = double(m) + es * inv_n;
   *var = (double(S::ReduceSum(S::Add(q0, q1))) - es * es * inv_n) * inv_n;
-}
-
-// u * W + B for weight and bias vectors already loaded, with either or both absent.
-template <bool kW, bool kB, class S>
-FASTLN_INLINE typename S::V AffineV(typename S::V u, typename S::V W, typename S::V B) {
-  if (kW && kB) return S::MulAdd(u, W, B);
-  if (kW) return S::Mul(u, W);
-  if (kB) return S::Add(u, B);
-  return u;
 }
 
 // The short form of the normalize pass on one short row or, kTwo, two, which then share each load
