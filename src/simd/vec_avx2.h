@@ -152,7 +152,8 @@ template <>
 inline void ReducePairs<Simd<float>>(__m256 sa, __m256 qa, __m256 sb, __m256 qb, D2 *s, D2 *q) {
   // Lanes {sa, qa, sb, qb} of each 128-bit half, then the halves added.
   const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(sa, qa), _mm256_hadd_ps(sb, qb));
-  const __m256d d = _mm256_cvtps_pd(_mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+  const __m256d d =
+      _mm256_cvtps_pd(_mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
   const __m128d a = _mm256_castpd256_pd128(d), b = _mm256_extractf128_pd(d, 1);
   *s = D2(_mm_unpacklo_pd(a, b));
   *q = D2(_mm_unpackhi_pd(a, b));
