@@ -171,16 +171,6 @@ inline Moments RowMoments(const Src &src, int64_t n, typename Src::T pivot, cons
   return total;
 }
 
-// u * w[i..] + b[i..], with either or both absent.
-template <bool kW, bool kB, class V, class T>
-inline V Affine(V u, const T *w, const T *b, int64_t i) {
-  using S = Simd<T>;
-  if (kW && kB) return S::MulAdd(u, S::Load(w + i), S::Load(b + i));
-  if (kW) return S::Mul(u, S::Load(w + i));
-  if (kB) return S::Add(u, S::Load(b + i));
-  return u;
-}
-
 // u * W + B for weight and bias vectors already loaded, with either or both absent.
 template <bool kW, bool kB, class S>
 FASTLN_INLINE typename S::V AffineV(typename S::V u, typename S::V W, typename S::V B) {
@@ -253,9 +243,13 @@ struct Normalizer {
     }
   }
 
+  // y's values from x's, with weight and bias already loaded (W, B), so that rows taken together
+  // can share those loads (PlainTwo) and load every x before their stores, which may alias it.
+  FASTLN_INLINE V Value(V xi, V W, V B) const {
+    return AffineV<kW, kB, S>(S::MulAdd(kSplit ? S::Sub(xi, vhi) : xi, vr, vc), W, B);
+  }
   FASTLN_INLINE V Compute(int64_t i) const {
-    const V xi = St::Load(x + i);
-    return Affine<kW, kB>(S::MulAdd(kSplit ? S::Sub(xi, vhi) : xi, vr, vc), w, b, i);
+    return Value(St::Load(x + i), kW ? S::Load(w + i) : S::Zero(), kB ? S::Load(b + i) : S::Zero());
   }
   FASTLN_INLINE void One(int64_t i) const { St::StoreY(y + i, Compute(i)); }
   // Streamed: values [i, i + 2N), i on a line boundary of y.
@@ -516,8 +510,8 @@ constexpr int kBandRows = 8;
 constexpr int64_t kBandValues = 1024;
 
 // Values [i, end) of two rows in the same form, loading each vector of weight and bias once for
-// both: with one row, a vector of y took three loads, and Zen 3 issues two 32-byte loads a
-// cycle. The arithmetic of each value is Plain's, so y does not depend on the pairing.
+// both: with one row, a vector of y took three loads, and AMD's documents give Zen 3 two 32-byte
+// loads a cycle. The arithmetic of each value is Plain's, so y does not depend on the pairing.
 template <class St, bool kW, bool kB, bool kSplit>
 inline void PlainTwo(const Normalizer<St, kW, kB, kSplit, false> &p,
                      const Normalizer<St, kW, kB, kSplit, false> &q, int64_t i, int64_t end) {
@@ -527,13 +521,30 @@ inline void PlainTwo(const Normalizer<St, kW, kB, kSplit, false> &p,
   for (; i + N <= end; i += N) {
     const V w = kW ? S::Load(p.w + i) : S::Zero(), b = kB ? S::Load(p.b + i) : S::Zero();
     const V xp = St::Load(p.x + i), xq = St::Load(q.x + i);
-    St::StoreY(p.y + i, AffineV<kW, kB, S>(S::MulAdd(kSplit ? S::Sub(xp, p.vhi) : xp, p.vr, p.vc),
-                                           w, b));
-    St::StoreY(q.y + i, AffineV<kW, kB, S>(S::MulAdd(kSplit ? S::Sub(xq, q.vhi) : xq, q.vr, q.vc),
-                                           w, b));
+    St::StoreY(p.y + i, p.Value(xp, w, b));
+    St::StoreY(q.y + i, q.Value(xq, w, b));
   }
   p.Plain(i, end);
   q.Plain(i, end);
+}
+
+// Values [i, end) of the group's row k in the normalize form kSplit, and with `two` of row k + 1,
+// in the same form, alongside it.
+template <bool kSplit, class St, bool kRes, bool kW, bool kB>
+inline void BandStep(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r, bool two,
+                     const typename St::T *hi, const typename St::T *c,
+                     const typename St::T *rs, int k, int64_t i, int64_t end) {
+  const typename St::E *xs = kRes ? a.h : a.x;
+  const int64_t lds = kRes ? a.ldh : a.ldx;
+  auto row = [&](int d) {
+    return Normalizer<St, kW, kB, kSplit, false>(xs + (r + d) * lds, a.y + (r + d) * a.ldy, a.cols,
+                                                 a.weight, a.bias, hi[k + d], c[k + d], rs[k + d]);
+  };
+  if (two) {
+    PlainTwo(row(0), row(1), i, end);
+  } else {
+    row(0).Plain(i, end);
+  }
 }
 
 template <class St, bool kRes, bool kW, bool kB>
@@ -581,33 +592,14 @@ void LayerNormRowsBanded(const AddNormArgs<typename St::E, typename St::T> &a, i
     for (int64_t i = 0; i < n; i += kBandValues) {
       const int64_t end = Min(i + kBandValues, n);
       for (int k = 0; k < rows; ++k) {
-        const int64_t r = g0 + k;
-        const E *x = xs + r * lds;
-        E *y = a.y + r * a.ldy;
-        if (k + 1 < rows && kind[k] != 0 && kind[k + 1] == kind[k]) {
-          const E *x1 = xs + (r + 1) * lds;
-          E *y1 = a.y + (r + 1) * a.ldy;
-          if (kind[k] == 1) {
-            PlainTwo(Normalizer<St, kW, kB, false, false>(x, y, n, a.weight, a.bias, hi[k], c[k],
-                                                          rs[k]),
-                     Normalizer<St, kW, kB, false, false>(x1, y1, n, a.weight, a.bias, hi[k + 1],
-                                                          c[k + 1], rs[k + 1]),
-                     i, end);
-          } else {
-            PlainTwo(Normalizer<St, kW, kB, true, false>(x, y, n, a.weight, a.bias, hi[k], c[k],
-                                                         rs[k]),
-                     Normalizer<St, kW, kB, true, false>(x1, y1, n, a.weight, a.bias, hi[k + 1],
-                                                         c[k + 1], rs[k + 1]),
-                     i, end);
-          }
-          ++k;
-        } else if (kind[k] == 1) {
-          Normalizer<St, kW, kB, false, false>(x, y, n, a.weight, a.bias, hi[k], c[k], rs[k])
-              .Plain(i, end);
-        } else if (kind[k] == 2) {
-          Normalizer<St, kW, kB, true, false>(x, y, n, a.weight, a.bias, hi[k], c[k], rs[k])
-              .Plain(i, end);
+        if (kind[k] == 0) continue;
+        const bool two = k + 1 < rows && kind[k + 1] == kind[k];
+        if (kind[k] == 1) {
+          BandStep<false, St, kRes, kW, kB>(a, g0 + k, two, hi, c, rs, k, i, end);
+        } else {
+          BandStep<true, St, kRes, kW, kB>(a, g0 + k, two, hi, c, rs, k, i, end);
         }
+        if (two) ++k;
       }
     }
   }
