@@ -510,8 +510,8 @@ constexpr int kBandRows = 8;
 constexpr int64_t kBandValues = 1024;
 
 // Values [i, end) of two rows in the same form, loading each vector of weight and bias once for
-// both: with one row, a vector of y took three loads, and AMD's documents give Zen 3 two 32-byte
-// loads a cycle. The arithmetic of each value is Plain's, so y does not depend on the pairing.
+// both: with one row, a vector of y took three loads, against one in the floor's pass. The
+// arithmetic of each value is Plain's, so y does not depend on the pairing.
 template <class St, bool kW, bool kB, bool kSplit>
 inline void PlainTwo(const Normalizer<St, kW, kB, kSplit, false> &p,
                      const Normalizer<St, kW, kB, kSplit, false> &q, int64_t i, int64_t end) {
