@@ -387,20 +387,25 @@ constexpr double kNear = 2.0;
 constexpr int64_t kStreamRowBytes = 1024;
 
 // The first read of row r: the stored row x, or with kRes the residual add that also writes h.
+// Every later pass reads the rows where Later and LaterLd say: x, or h.
 template <class St, bool kRes>
 struct FirstRead {
   using Src = RowOf<St>;
-  static Src Row(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r) {
-    return Src{a.x + r * a.ldx};
-  }
+  using Args = AddNormArgs<typename St::E, typename St::T>;
+  static Src Row(const Args &a, int64_t r) { return Src{a.x + r * a.ldx}; }
+  static const typename St::E *Later(const Args &a) { return a.x; }
+  static int64_t LaterLd(const Args &a) { return a.ldx; }
 };
 
 template <class St>
 struct FirstRead<St, true> {
   using Src = SumOf<St>;
-  static Src Row(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r) {
+  using Args = AddNormArgs<typename St::E, typename St::T>;
+  static Src Row(const Args &a, int64_t r) {
     return Src{a.x + r * a.ldx, a.res + r * a.ldr, a.h + r * a.ldh};
   }
+  static const typename St::E *Later(const Args &a) { return a.h; }
+  static int64_t LaterLd(const Args &a) { return a.ldh; }
 };
 
 // Statistics of row `next` (null: none), interleaved with the normalize pass of the current row.
@@ -452,8 +457,8 @@ void LayerNormRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_
   const int64_t n = a.cols;
   const double eps = a.eps;
   const double inv_n = 1.0 / double(n);  // a division per row sits on the row's latency chain
-  const E *xs = kRes ? a.h : a.x;  // the rows after their first read
-  const int64_t lds = kRes ? a.ldh : a.ldx;
+  const E *xs = First::Later(a);
+  const int64_t lds = First::LaterLd(a);
   if (r0 >= r1) return;
   Moments ahead[kLag];  // statistics of rows r .. r + kLag - 1
   for (int64_t k = 0; k < kLag && r0 + k < r1; ++k) {
@@ -529,13 +534,12 @@ inline void PlainTwo(const Normalizer<St, kW, kB, kSplit, false> &p,
 }
 
 // Values [i, end) of the group's row k in the normalize form kSplit, and with `two` of row k + 1,
-// in the same form, alongside it.
-template <bool kSplit, class St, bool kRes, bool kW, bool kB>
-inline void BandStep(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r, bool two,
-                     const typename St::T *hi, const typename St::T *c,
-                     const typename St::T *rs, int k, int64_t i, int64_t end) {
-  const typename St::E *xs = kRes ? a.h : a.x;
-  const int64_t lds = kRes ? a.ldh : a.ldx;
+// in the same form, alongside it. The rows are read at xs, lds apart (FirstRead's Later: x or h).
+template <bool kSplit, class St, bool kW, bool kB>
+inline void BandStep(const AddNormArgs<typename St::E, typename St::T> &a, const typename St::E *xs,
+                     int64_t lds, int64_t r, bool two, const typename St::T *hi,
+                     const typename St::T *c, const typename St::T *rs, int k, int64_t i,
+                     int64_t end) {
   auto row = [&](int d) {
     return Normalizer<St, kW, kB, kSplit, false>(xs + (r + d) * lds, a.y + (r + d) * a.ldy, a.cols,
                                                  a.weight, a.bias, hi[k + d], c[k + d], rs[k + d]);
@@ -554,8 +558,8 @@ void LayerNormRowsBanded(const AddNormArgs<typename St::E, typename St::T> &a, i
   using E = typename St::E;
   const int64_t n = a.cols;
   const double eps = a.eps, inv_n = 1.0 / double(n);
-  const E *xs = kRes ? a.h : a.x;
-  const int64_t lds = kRes ? a.ldh : a.ldx;
+  const E *xs = FirstRead<St, kRes>::Later(a);
+  const int64_t lds = FirstRead<St, kRes>::LaterLd(a);
   // Per row of the group: 0 done (the exact path), 1 short form, 2 split form.
   int kind[kBandRows];
   T hi[kBandRows], c[kBandRows], rs[kBandRows];
@@ -595,9 +599,9 @@ void LayerNormRowsBanded(const AddNormArgs<typename St::E, typename St::T> &a, i
         if (kind[k] == 0) continue;
         const bool two = k + 1 < rows && kind[k + 1] == kind[k];
         if (kind[k] == 1) {
-          BandStep<false, St, kRes, kW, kB>(a, g0 + k, two, hi, c, rs, k, i, end);
+          BandStep<false, St, kW, kB>(a, xs, lds, g0 + k, two, hi, c, rs, k, i, end);
         } else {
-          BandStep<true, St, kRes, kW, kB>(a, g0 + k, two, hi, c, rs, k, i, end);
+          BandStep<true, St, kW, kB>(a, xs, lds, g0 + k, two, hi, c, rs, k, i, end);
         }
         if (two) ++k;
       }
@@ -767,8 +771,8 @@ void ShortRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0
   const int64_t n = a.cols;
   const double eps = a.eps;
   const double inv_n = 1.0 / double(n);
-  const E *xs = kRes ? a.h : a.x;
-  const int64_t lds = kRes ? a.ldh : a.ldx;
+  const E *xs = First::Later(a);
+  const int64_t lds = First::LaterLd(a);
   // In locals: a vector store may alias anything (GCC's vector types are may_alias), so members
   // of `a` read after one are loaded again, every vector.
   const T *const w = a.weight, *const b = a.bias;

@@ -110,8 +110,8 @@ void RmsNormRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t 
   using S = Simd<T>;
   using V = typename S::V;
   const int64_t n = a.cols;
-  const E *xs = kRes ? a.h : a.x;
-  const int64_t lds = kRes ? a.ldh : a.ldx;
+  const E *xs = FirstRead<St, kRes>::Later(a);
+  const int64_t lds = FirstRead<St, kRes>::LaterLd(a);
   for (int64_t r = r0; r < r1; ++r) {
     const typename FirstRead<St, kRes>::Src src = FirstRead<St, kRes>::Row(a, r);
     const E *x = xs + r * lds;
