@@ -247,9 +247,9 @@ struct SumOf {
     PrefetchAhead(x + i, n);
     PrefetchAhead(r + i, n);
   }
-  // Forced: the kernel files' instantiations leave GCC's inliner near its size limits, where a
-  // change elsewhere once left this per-vector call out of line in the bfloat16 residual short
-  // rows (2.7% more instructions there by callgrind).
+  // Forced: GCC's inlining choices in the kernel files move with unrelated changes, and one (a
+  // refactor that changed no arithmetic) left this per-vector call out of line in the bfloat16
+  // residual short rows: 2.7% more instructions there by callgrind.
   FASTLN_INLINE V Load(int64_t i) const {
     const V v = S::Add(St::Load(x + i), St::Load(r + i));
     St::StoreSum(h + i, v);
