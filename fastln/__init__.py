@@ -118,6 +118,8 @@ __all__ = [
     "get_num_threads",
     "set_stream_bytes",
     "get_stream_bytes",
+    "set_band_bytes",
+    "get_band_bytes",
     "set_cache_limit",
     "cache_info",
     "__version__",
@@ -185,27 +187,44 @@ def get_num_threads() -> int:
     return _core.get_num_threads()
 
 
+def _bytes_or_default(name: str, v: Optional[int]) -> int:
+    """A size for the C setters: v checked, or -1 (the default) for None."""
+    if v is None:
+        return -1
+    v = operator.index(v)
+    if v < 0:
+        raise ValueError(f"{name} must be >= 0 or None, got {v}")
+    return v
+
+
 def set_stream_bytes(nbytes: Optional[int] = None, nbytes16: Optional[int] = None) -> None:
     """Write outputs of at least nbytes (float32, float64) or nbytes16 (float16, bfloat16) with
     streaming stores, which skip the caches; None restores the default (2 MiB and 32 MiB, or
     FASTLN_STREAM_MIB MiB when set at start-up). The sizes count the whole call's output. Where
     the crossover lies depends on the machine's caches: see README, "Choosing the ISA and the
     number of threads"."""
-    vals = []
-    for name, v in (("nbytes", nbytes), ("nbytes16", nbytes16)):
-        if v is None:
-            vals.append(-1)
-            continue
-        v = operator.index(v)
-        if v < 0:
-            raise ValueError(f"{name} must be >= 0 or None, got {v}")
-        vals.append(v)
-    _core.set_stream_bytes(vals[0], vals[1])
+    _core.set_stream_bytes(
+        _bytes_or_default("nbytes", nbytes), _bytes_or_default("nbytes16", nbytes16)
+    )
 
 
 def get_stream_bytes() -> Tuple[int, int]:
     """(nbytes, nbytes16): the output sizes from which fastln streams (see set_stream_bytes)."""
     return _core.get_stream_bytes()
+
+
+def set_band_bytes(nbytes: Optional[int] = None) -> None:
+    """Normalize layer_norm rows of at least nbytes in column bands across groups of up to 8 rows
+    (when y is not streamed), so that weight and bias are read from L2 once a group rather than
+    once a row. None restores the default: 8192 on AMD CPUs, where that was measured faster, and
+    never (get_band_bytes() gives 2**63 - 1) elsewhere, as it was slower on the Intel Xeon
+    measured. The output is bit for bit the same either way; only the speed differs."""
+    _core.set_band_bytes(_bytes_or_default("nbytes", nbytes))
+
+
+def get_band_bytes() -> int:
+    """The row length in bytes from which layer_norm uses column bands (see set_band_bytes)."""
+    return _core.get_band_bytes()
 
 
 def runtime_info() -> dict:
@@ -218,6 +237,7 @@ def runtime_info() -> dict:
         "openmp": _core.has_openmp(),
         "num_threads": _core.get_num_threads(),
         "stream_bytes": _core.get_stream_bytes(),
+        "band_bytes": _core.get_band_bytes(),
         "cuda": _cuda_info(),
     }
 

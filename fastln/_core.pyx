@@ -109,6 +109,8 @@ cdef extern from "fastln/fastln.h" nogil:
     int fastln_init_status()
     int fastln_set_stream_bytes(int64_t native_bytes, int64_t half_bytes)
     int64_t fastln_get_stream_bytes(int half)
+    int fastln_set_band_bytes(int64_t row_bytes)
+    int64_t fastln_get_band_bytes()
     int fastln_set_num_threads(int n)
     int fastln_get_num_threads()
     int fastln_has_openmp()
@@ -879,3 +881,11 @@ def set_stream_bytes(int64_t native_bytes, int64_t half_bytes):
 
 def get_stream_bytes():
     return fastln_get_stream_bytes(0), fastln_get_stream_bytes(1)
+
+
+def set_band_bytes(int64_t row_bytes):
+    _check(fastln_set_band_bytes(row_bytes))
+
+
+def get_band_bytes():
+    return fastln_get_band_bytes()

@@ -177,12 +177,45 @@ const StreamPolicy &DefaultStream() {
 // -1: the default.
 std::atomic<int64_t> g_stream_native{-1}, g_stream_half{-1};
 
+// ---- column bands for long rows -----------------------------------------------------------------
+//
+// LayerNormRowsBanded (src/ops/layer_norm-inl.h) normalizes rows of this many bytes or more in
+// column bands across groups of rows. It was measured faster on an AMD EPYC (Zen 3) guest (8x16384
+// 33.1-34.2 -> 28.6-32.0 us; README) and slower on a Sapphire Rapids Xeon guest, where the rows one
+// at a time took 8x16384 23.1 against 35.5 us, 64x2048 19.0 against 35.9 us and float64 128x1024
+// 57.8 against 104.1 us (2026-12-01, C loop over the kernel, 1 thread, both builds in one
+// process; more in README). So the bands are the default on AMD CPUs only;
+// fastln_set_band_bytes sets it per machine.
+bool CpuIsAmd() {
+#if defined(__x86_64__) || defined(_M_X64)
+  unsigned a, b, c, d;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+  return b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163;  // "Auth" "enti" "cAMD"
+#else
+  return false;
+#endif
+}
+
+constexpr int64_t kNever = INT64_MAX;
+
+int64_t DefaultBandBytes() {
+  static const int64_t v = CpuIsAmd() ? 8192 : kNever;
+  return v;
+}
+
+std::atomic<int64_t> g_band_bytes{-1};  // -1: the default
+
 }  // namespace
 
 int64_t StreamBytes(bool native) {
   const int64_t v = (native ? g_stream_native : g_stream_half).load(std::memory_order_relaxed);
   if (v >= 0) return v;
   return native ? DefaultStream().native : DefaultStream().half;
+}
+
+int64_t BandRowBytes() {
+  const int64_t v = g_band_bytes.load(std::memory_order_relaxed);
+  return v >= 0 ? v : DefaultBandBytes();
 }
 
 const KernelTable *ActiveTable() {
@@ -241,5 +274,12 @@ int fastln_set_stream_bytes(int64_t native_bytes, int64_t half_bytes) {
 }
 
 int64_t fastln_get_stream_bytes(int half) { return fastln::StreamBytes(half == 0); }
+
+int fastln_set_band_bytes(int64_t row_bytes) {
+  fastln::g_band_bytes.store(row_bytes < 0 ? -1 : row_bytes);
+  return FASTLN_OK;
+}
+
+int64_t fastln_get_band_bytes(void) { return fastln::BandRowBytes(); }
 
 }  // extern "C"

@@ -14,6 +14,10 @@ namespace fastln {
 // code, so every ISA's kernels may call it.
 int64_t StreamBytes(bool native);
 
+// The row length, in bytes, from which the layer norm's normalize pass runs in column bands across
+// groups of rows (dispatch.cpp; fastln_set_band_bytes; INT64_MAX: never).
+int64_t BandRowBytes();
+
 template <class T>
 struct LayerNormArgs {
   const T *x; int64_t ldx;

@@ -1,7 +1,11 @@
 """Rows of 8 KiB or more, which the kernels normalize in column bands across groups of up to 8
 rows (see LayerNormRowsBanded): every row must come out bit for bit as a call with that row alone
 (which takes the general loop), whatever the number of rows, the group boundaries, the rows' kind
-(near zero, far from it, NaN or Inf) and where y lies; and near the float64 reference."""
+(near zero, far from it, NaN or Inf) and where y lies; and near the float64 reference. The bands
+are the default on AMD CPUs only (fastln.set_band_bytes), so the fixture below turns them on from
+8 KiB for every test here, on every CPU."""
+
+import platform
 
 import numpy as np
 import pytest
@@ -10,6 +14,13 @@ import fastln
 from fastln import _reference as ref
 
 TOL = {np.float32: 3e-5, np.float64: 1e-10}  # rows at 1e4 from zero
+
+
+@pytest.fixture(autouse=True)
+def bands():
+    fastln.set_band_bytes(8192)
+    yield
+    fastln.set_band_bytes(None)
 
 
 def _rows(rng, rows, cols, dtype):
@@ -129,3 +140,57 @@ def test_banded_rows_16bit(isa, rng, dtype):
     y = fastln.layer_norm(x, w, b)
     want = np.concatenate([fastln.layer_norm(x[r : r + 1], w, b) for r in range(rows)])
     np.testing.assert_array_equal(y.view(np.uint16), want.view(np.uint16))
+
+
+@pytest.mark.parametrize("band", [0, 4096, 8192, None])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
+def test_bands_on_or_off_same_bits(isa, rng, dtype, band):
+    # The setting changes only the loop order: from 0 bytes every row that is not a short row takes
+    # the bands (rows of 200 values too), and None is this CPU's default.
+    if dtype == "bfloat16":
+        dt = np.dtype(pytest.importorskip("ml_dtypes").bfloat16)
+    else:
+        dt = np.dtype(dtype)
+    for rows, cols in ((13, 200), (9, 1500), (10, 4099)):
+        x = _rows(rng, rows, cols, np.float64).astype(dt)
+        r = rng.standard_normal((rows, cols)).astype(dt)
+        wdt = np.float64 if dt == np.float64 else np.float32
+        w = rng.standard_normal(cols).astype(wdt)
+        b = rng.standard_normal(cols).astype(wdt)
+        with np.errstate(invalid="ignore", over="ignore"):
+            fastln.set_band_bytes(np.iinfo(np.int64).max)
+            want = fastln.layer_norm(x, w, b, return_stats=True)
+            want_res = fastln.layer_norm(x, w, b, residual=r)
+            fastln.set_band_bytes(band)
+            got = fastln.layer_norm(x, w, b, return_stats=True)
+            got_res = fastln.layer_norm(x, w, b, residual=r)
+        for g, e in zip(got + got_res, want + want_res):
+            np.testing.assert_array_equal(g.view(np.uint8), e.view(np.uint8))
+
+
+def test_band_bytes_setter():
+    fastln.set_band_bytes(None)
+    default = fastln.get_band_bytes()
+    assert default in (8192, np.iinfo(np.int64).max)
+    if platform.machine() in ("x86_64", "AMD64"):
+        try:
+            with open("/proc/cpuinfo") as f:
+                amd = "AuthenticAMD" in f.read()
+        except OSError:
+            amd = None
+        if amd is not None:
+            assert (default == 8192) == amd
+    else:
+        assert default == np.iinfo(np.int64).max
+    assert fastln.runtime_info()["band_bytes"] == default
+    fastln.set_band_bytes(12345)
+    assert fastln.get_band_bytes() == 12345
+    fastln.set_band_bytes(0)
+    assert fastln.get_band_bytes() == 0
+    with pytest.raises(ValueError, match="nbytes"):
+        fastln.set_band_bytes(-1)
+    with pytest.raises(TypeError):
+        fastln.set_band_bytes(1.5)
+    assert fastln.get_band_bytes() == 0  # a refused value changes nothing
+    fastln.set_band_bytes(None)
+    assert fastln.get_band_bytes() == default

@@ -307,7 +307,7 @@ void CompareRow(Op op, const RowSpec &sp, const typename St::Bits *yr, const std
 template <class P>
 void RunForwardCase(const Isa &isa, const char *kname, Op op, fastln::LayerNormRowsFn<P> fn,
                     int64_t n, const std::vector<RowSpec> &specs, uint64_t seed, const char *label,
-                    bool stream = false) {
+                    bool stream = false, int64_t band_bytes = -1) {
   Rng rng(seed);
   const int64_t rows = int64_t(specs.size()) + 2, ld = n + 3;
   std::vector<P> x(rows * ld, P(7));
@@ -325,7 +325,9 @@ void RunForwardCase(const Isa &isa, const char *kname, Op op, fastln::LayerNormR
     a.mean = stats ? mean.data() : nullptr, a.rstd = stats ? rstd.data() : nullptr;
     a.cols = n, a.eps = eps, a.stream = stream;
     if (stream) fastln_set_stream_bytes(0, 0);  // whatever the default is on this machine
+    fastln_set_band_bytes(band_bytes);
     fn(a, 1, rows - 1);
+    fastln_set_band_bytes(-1);
     if (stream) fastln_set_stream_bytes(-1, -1);
     Worst wy, ws;
     bool nan_ok = true, guard_ok = true;
@@ -359,6 +361,16 @@ void CheckForward(const Isa &isa, const char *kname, fastln::LayerNormRowsFn<P> 
     RunForwardCase<P>(isa, kname, op, fn, n, kHardRows, 7 + n, "hard rows");
   for (int64_t n : {int64_t(1), int64_t(17), int64_t(768), int64_t(4097)})
     RunForwardCase<P>(isa, kname, op, fn, n, ExtremeRows<P>(), 99 + n, "extreme magnitudes");
+  // Column bands (layer norm only), which only AMD CPUs take by default, forced on for every row
+  // that is not short, and off, whatever this CPU is.
+  for (int64_t band : {int64_t(0), INT64_MAX}) {
+    if (op != kLayer) break;
+    RunForwardCase<P>(isa, kname, op, fn, 65536, kHardRows, 7 + 65536, "hard rows, bands set",
+                      false, band);
+    for (int64_t n : {int64_t(768), int64_t(4097)})
+      RunForwardCase<P>(isa, kname, op, fn, n, ExtremeRows<P>(), 99 + n,
+                        "extreme magnitudes, bands set", false, band);
+  }
   // Non-temporal stores (forced, whatever the size), whole cache lines only: rows of an odd length
   // at odd offsets start and end mid-line.
   RunForwardCase<P>(isa, kname, op, fn, 100003, TailRows(1e3), 5, "streamed", true);
@@ -820,6 +832,14 @@ void CheckCApi() {
     fastln_set_stream_bytes(-1, -1);
     Expect(fastln_get_stream_bytes(0) == d0 && fastln_get_stream_bytes(1) == d1,
            "set_stream_bytes(-1, -1) restores the defaults");
+  }
+  {
+    const int64_t d = fastln_get_band_bytes();
+    Expect(d == 8192 || d == INT64_MAX, "default band size %lld", (long long)d);
+    fastln_set_band_bytes(4096);
+    Expect(fastln_get_band_bytes() == 4096, "set_band_bytes sets it");
+    fastln_set_band_bytes(-1);
+    Expect(fastln_get_band_bytes() == d, "set_band_bytes(-1) restores the default");
   }
   for (int s = 1; s >= -7; --s) {
     const char *msg = fastln_status_string(s);
