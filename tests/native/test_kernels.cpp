@@ -363,13 +363,14 @@ void CheckForward(const Isa &isa, const char *kname, fastln::LayerNormRowsFn<P> 
     RunForwardCase<P>(isa, kname, op, fn, n, ExtremeRows<P>(), 99 + n, "extreme magnitudes");
   // Column bands (layer norm only), which only AMD CPUs take by default, forced on for every row
   // that is not short, and off, whatever this CPU is.
-  for (int64_t band : {int64_t(0), INT64_MAX}) {
-    if (op != kLayer) break;
-    RunForwardCase<P>(isa, kname, op, fn, 65536, kHardRows, 7 + 65536, "hard rows, bands set",
-                      false, band);
-    for (int64_t n : {int64_t(768), int64_t(4097)})
-      RunForwardCase<P>(isa, kname, op, fn, n, ExtremeRows<P>(), 99 + n,
-                        "extreme magnitudes, bands set", false, band);
+  if constexpr (op == kLayer) {
+    for (int64_t band : {int64_t(0), INT64_MAX}) {
+      RunForwardCase<P>(isa, kname, op, fn, 65536, kHardRows, 7 + 65536, "hard rows, bands set",
+                        false, band);
+      for (int64_t n : {int64_t(768), int64_t(4097)})
+        RunForwardCase<P>(isa, kname, op, fn, n, ExtremeRows<P>(), 99 + n,
+                          "extreme magnitudes, bands set", false, band);
+    }
   }
   // Non-temporal stores (forced, whatever the size), whole cache lines only: rows of an odd length
   // at odd offsets start and end mid-line.
