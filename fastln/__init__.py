@@ -215,15 +215,18 @@ def get_stream_bytes() -> Tuple[int, int]:
 
 def set_band_bytes(nbytes: Optional[int] = None) -> None:
     """Normalize layer_norm rows of at least nbytes in column bands across groups of up to 8 rows
-    (when y is not streamed), so that weight and bias are read from L2 once a group rather than
-    once a row. None restores the default: 8192 on AMD CPUs, where that was measured faster, and
-    never (get_band_bytes() gives 2**63 - 1) elsewhere, as it was slower on the Intel Xeon
-    measured. The output is bit for bit the same either way; only the speed differs."""
+    (when y is not streamed and weight or bias is given), so that weight and bias are read from L2
+    once a group rather than once a row. A value set applies to every dtype. None restores the
+    default, from where that was measured faster: 8192 on AMD CPUs; on Intel CPUs 16384 for
+    float32 and float64 rows and never for float16 and bfloat16 rows; never elsewhere
+    (get_band_bytes() gives 2**63 - 1). The output is bit for bit the same either way; only the
+    speed differs."""
     _core.set_band_bytes(_bytes_or_default("nbytes", nbytes))
 
 
 def get_band_bytes() -> int:
-    """The row length in bytes from which layer_norm uses column bands (see set_band_bytes)."""
+    """The row length in bytes from which layer_norm uses column bands on float32 and float64 rows
+    (see set_band_bytes)."""
     return _core.get_band_bytes()
 
 

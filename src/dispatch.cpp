@@ -180,27 +180,41 @@ std::atomic<int64_t> g_stream_native{-1}, g_stream_half{-1};
 // ---- column bands for long rows -----------------------------------------------------------------
 //
 // LayerNormRowsBanded (src/ops/layer_norm-inl.h) normalizes rows of this many bytes or more in
-// column bands across groups of rows. It was measured faster on an AMD EPYC (Zen 3) guest (8x16384
-// 33.1-34.2 -> 28.6-32.0 us; README) and slower on a Sapphire Rapids Xeon guest, where the rows one
-// at a time took 8x16384 23.1 against 35.5 us, 64x2048 19.0 against 35.9 us and float64 128x1024
-// 57.8 against 104.1 us (2026-12-01, C loop over the kernel, 1 thread, both builds in one
-// process; more in README). So the bands are the default on AMD CPUs only;
-// fastln_set_band_bytes sets it per machine.
-bool CpuIsAmd() {
+// column bands across groups of rows. It was measured faster on an AMD EPYC (Zen 3) guest from
+// 8 KiB (8x16384 33.1-34.2 -> 28.6-32.0 us; README). On a Sapphire Rapids Xeon guest it was slower
+// at every shape until its stores of y were prefetched (kBandPrefetchBytes); with them, in a C loop
+// over the kernel (1 thread, 2026-12-02), it was faster from 16 KiB rows (float32 8x16384 22.9-23.2
+// against 26.1-27.2 us, 32x4096 25.5 against 28.6-28.8; float64 16x2048 12.0 against 13.5) and
+// still slower at 8 KiB (float32 64x2048 25.1-25.8 against 20.4-21.1; float64 128x1024 65.9
+// against 61.0). Through Python there (interleaved, best of 15 rounds, two runs on a busy host),
+// bands against rows: float32 8x16384 36.4 and 39.3 against 40.0 and 44.6 us, 32x4096 30.0 against
+// 34.1, with the residual add 85.2 against 117.2; float64 even (8x16384 146.2 and 117.6 against
+// 140.7 and 117.3, 16x2048 25.6 and 19.3 against 26.7 and 20.7); 16-bit rows slower (float16
+// 64x8192 172.6 and 162.6 against 153.3 and 151.3, 8x16384 30.2 against 24.8; bfloat16 8x16384
+// 53.8 and 53.5 against 55.2 and 51.3). So on Intel CPUs the bands take float and double rows of
+// 16 KiB or more, and 16-bit rows only when set. Other CPUs (ARM included) were not measured, and
+// keep the rows one at a time. fastln_set_band_bytes sets one length for every dtype.
+enum class Vendor { kAmd, kIntel, kOther };
+
+Vendor CpuVendor() {
 #if defined(__x86_64__) || defined(_M_X64)
   unsigned a, b, c, d;
-  if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
-  return b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163;  // "Auth" "enti" "cAMD"
-#else
-  return false;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return Vendor::kOther;
+  if (b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163) return Vendor::kAmd;  // AuthenticAMD
+  if (b == 0x756e6547 && d == 0x49656e69 && c == 0x6c65746e) return Vendor::kIntel;  // GenuineIntel
 #endif
+  return Vendor::kOther;
 }
 
 constexpr int64_t kNever = INT64_MAX;
 
-int64_t DefaultBandBytes() {
-  static const int64_t v = CpuIsAmd() ? 8192 : kNever;
-  return v;
+int64_t DefaultBandBytes(bool native) {
+  static const Vendor vendor = CpuVendor();
+  switch (vendor) {
+    case Vendor::kAmd: return 8192;
+    case Vendor::kIntel: return native ? 16384 : kNever;
+    default: return kNever;
+  }
 }
 
 std::atomic<int64_t> g_band_bytes{-1};  // -1: the default
@@ -213,9 +227,9 @@ int64_t StreamBytes(bool native) {
   return native ? DefaultStream().native : DefaultStream().half;
 }
 
-int64_t BandRowBytes() {
+int64_t BandRowBytes(bool native) {
   const int64_t v = g_band_bytes.load(std::memory_order_relaxed);
-  return v >= 0 ? v : DefaultBandBytes();
+  return v >= 0 ? v : DefaultBandBytes(native);
 }
 
 const KernelTable *ActiveTable() {
@@ -280,6 +294,6 @@ int fastln_set_band_bytes(int64_t row_bytes) {
   return FASTLN_OK;
 }
 
-int64_t fastln_get_band_bytes(void) { return fastln::BandRowBytes(); }
+int64_t fastln_get_band_bytes(void) { return fastln::BandRowBytes(true); }
 
 }  // extern "C"

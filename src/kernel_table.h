@@ -15,8 +15,9 @@ namespace fastln {
 int64_t StreamBytes(bool native);
 
 // The row length, in bytes, from which the layer norm's normalize pass runs in column bands across
-// groups of rows (dispatch.cpp; fastln_set_band_bytes; INT64_MAX: never).
-int64_t BandRowBytes();
+// groups of rows, for rows of float or double (native) or of 16-bit values (dispatch.cpp;
+// fastln_set_band_bytes; INT64_MAX: never).
+int64_t BandRowBytes(bool native);
 
 template <class T>
 struct LayerNormArgs {

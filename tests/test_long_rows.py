@@ -1,9 +1,10 @@
 """Rows of 8 KiB or more, which the kernels normalize in column bands across groups of up to 8
 rows (see LayerNormRowsBanded): every row must come out bit for bit as a call with that row alone
 (which takes the general loop), whatever the number of rows, the group boundaries, the rows' kind
-(near zero, far from it, NaN or Inf) and where y lies; and near the float64 reference. The bands
-are the default on AMD CPUs only (fastln.set_band_bytes), so the fixture below turns them on from
-8 KiB for every test here, on every CPU."""
+(near zero, far from it, NaN or Inf) and where y lies; and near the float64 reference. Where the
+bands start depends on the CPU (fastln.set_band_bytes: 8 KiB on AMD, 16 KiB on Intel, never
+elsewhere), so the fixture below turns them on from 8 KiB for every test here, on every CPU. Rows
+with neither weight nor bias never take them."""
 
 import platform
 
@@ -171,17 +172,19 @@ def test_bands_on_or_off_same_bits(isa, rng, dtype, band):
 def test_band_bytes_setter():
     fastln.set_band_bytes(None)
     default = fastln.get_band_bytes()
-    assert default in (8192, np.iinfo(np.int64).max)
+    never = np.iinfo(np.int64).max
+    assert default in (8192, 16384, never)
     if platform.machine() in ("x86_64", "AMD64"):
         try:
             with open("/proc/cpuinfo") as f:
-                amd = "AuthenticAMD" in f.read()
+                info = f.read()
         except OSError:
-            amd = None
-        if amd is not None:
-            assert (default == 8192) == amd
+            info = None
+        if info is not None:
+            want = 8192 if "AuthenticAMD" in info else 16384 if "GenuineIntel" in info else never
+            assert default == want
     else:
-        assert default == np.iinfo(np.int64).max
+        assert default == never
     assert fastln.runtime_info()["band_bytes"] == default
     fastln.set_band_bytes(12345)
     assert fastln.get_band_bytes() == 12345

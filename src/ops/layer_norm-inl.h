@@ -502,7 +502,7 @@ void LayerNormRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_
 }
 
 // ---------------------------------------------------------------------------------------------
-// Long rows in column bands. A row of BandRowBytes() or more, with its weight, bias and y, is more
+// Long rows in column bands. A row of BandRowBytes(...) or more, with its weight, bias and y, is more
 // than L1 holds, so the general loop above reads weight and bias from L2 again for every row: with
 // x twice and y's read for ownership, five lines come from L2 for each line of y, where the floor
 // (a multiply into y) takes two. Here a group of up to kBandRows rows takes its statistics first,
@@ -510,10 +510,44 @@ void LayerNormRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_
 // band of weight and bias is read from L2 once a group. Each value goes through the same
 // arithmetic as in the general loop (Normalizer::Plain), so y does not depend on the grouping.
 // Only for plain stores: streamed rows write whole lines in each row's own order (Normalizer).
-// By default only on AMD CPUs, from 8 KiB: on the Intel Xeon measured, the general loop was
-// faster (dispatch.cpp).
+// Only with weight or bias: without them nothing is read once a group instead of once a row, and
+// on a Sapphire Rapids Xeon guest the general loop was then faster (float32, 1 thread, C loop over
+// the kernel, both builds in one process, best of 15 rounds: 8x16384 21.1 against 22.4 us, 32x4096
+// 20.5 against 24.0, 64x2048 16.7 against 25.6). The row length from which they run is
+// BandRowBytes(...) (dispatch.cpp: 8 KiB on AMD CPUs; on Intel's 16 KiB, for float and double only).
 constexpr int kBandRows = 8;
 constexpr int64_t kBandValues = 1024;
+
+// The band loop asks for y's lines kBandPrefetchBytes before it stores to them (prefetchw where
+// the ISA has it). Each row's band of y is a fresh 4 KiB, and on the Xeon guest its stores missed:
+// without the prefetches the bands were slower than the general loop at every shape. Measured
+// there (C loop over the kernel, both builds and the general loop in one process, best of 15
+// rounds, two runs, 1 thread, with weight and bias), general loop / bands / bands with these
+// prefetches, float32: 8x16384 26.1-27.2 / 36.3-38.5 / 22.9-23.2 us, 16x8192 26.2-26.4 / 37.0 /
+// 23.3, 32x4096 28.6-28.8 / 44.1 / 25.5; but rows of 8 KiB still slower banded: 64x2048 20.4-21.1 /
+// 38.2-39.5 / 25.1-25.8. float64: 8x16384 82.3 / 74.5 with them, 16x2048 13.5 / 12.0, 64x2048 81.0
+// / 71.8, and 128x1024 (8 KiB rows) 61.0 / 65.9. Prefetching x too, 128 bytes ahead, was within 2%
+// of this on float32 and 6% slower on float64 8x16384.
+constexpr int64_t kBandPrefetchBytes = 256;
+
+// y's lines kBandPrefetchBytes after y + i, once a line of progress.
+template <class E>
+FASTLN_INLINE void PrefetchYAhead(E *y, int64_t i) {
+  if (((i * int64_t(sizeof(E))) & 63) == 0) {
+    __builtin_prefetch(reinterpret_cast<const char *>(y + i) + kBandPrefetchBytes, 1);
+  }
+}
+
+// Values [i, end) of one row, as Plain, prefetching y ahead.
+template <class St, bool kW, bool kB, bool kSplit>
+inline void PlainOne(const Normalizer<St, kW, kB, kSplit, false> &p, int64_t i, int64_t end) {
+  constexpr int N = Simd<typename St::T>::N;
+  for (; i + N <= end; i += N) {
+    PrefetchYAhead(p.y, i);
+    p.One(i);
+  }
+  p.Plain(i, end);
+}
 
 // Values [i, end) of two rows in the same form, loading each vector of weight and bias once for
 // both: with one row, a vector of y took three loads, against one in the floor's pass. The
@@ -525,6 +559,8 @@ inline void PlainTwo(const Normalizer<St, kW, kB, kSplit, false> &p,
   using V = typename S::V;
   constexpr int N = S::N;
   for (; i + N <= end; i += N) {
+    PrefetchYAhead(p.y, i);
+    PrefetchYAhead(q.y, i);
     const V w = kW ? S::Load(p.w + i) : S::Zero(), b = kB ? S::Load(p.b + i) : S::Zero();
     const V xp = St::Load(p.x + i), xq = St::Load(q.x + i);
     St::StoreY(p.y + i, p.Value(xp, w, b));
@@ -548,7 +584,7 @@ inline void BandStep(const AddNormArgs<typename St::E, typename St::T> &a, const
   if (two) {
     PlainTwo(row(0), row(1), i, end);
   } else {
-    row(0).Plain(i, end);
+    PlainOne(row(0), i, end);
   }
 }
 
@@ -917,12 +953,11 @@ void LayerNormRowsS(const AddNormArgs<typename St::E, typename St::T> &a, int64_
     if (kStream && !WholeLines<St>(a)) return ShortRowsW<St, kRes, false>(a, r0, r1);
     return ShortRowsW<St, kRes, kStream>(a, r0, r1);
   }
-  if (!kStream && r1 - r0 > 1 &&
-      a.cols * int64_t(sizeof(typename St::E)) >= BandRowBytes()) {
+  if (!kStream && r1 - r0 > 1 && (a.weight || a.bias) &&
+      a.cols * int64_t(sizeof(typename St::E)) >= BandRowBytes(St::kNative)) {
     if (a.weight && a.bias) return LayerNormRowsBanded<St, kRes, true, true>(a, r0, r1);
     if (a.weight) return LayerNormRowsBanded<St, kRes, true, false>(a, r0, r1);
-    if (a.bias) return LayerNormRowsBanded<St, kRes, false, true>(a, r0, r1);
-    return LayerNormRowsBanded<St, kRes, false, false>(a, r0, r1);
+    return LayerNormRowsBanded<St, kRes, false, true>(a, r0, r1);
   }
   if (a.weight && a.bias) return LayerNormRowsT<St, kRes, true, true, kStream>(a, r0, r1);
   if (a.weight) return LayerNormRowsT<St, kRes, true, false, kStream>(a, r0, r1);
