@@ -502,7 +502,7 @@ void LayerNormRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_
 }
 
 // ---------------------------------------------------------------------------------------------
-// Long rows in column bands. A row of BandRowBytes(...) or more, with its weight, bias and y, is more
+// Long rows in column bands. A row of BandRowBytes() or more, with its weight, bias and y, is more
 // than L1 holds, so the general loop above reads weight and bias from L2 again for every row: with
 // x twice and y's read for ownership, five lines come from L2 for each line of y, where the floor
 // (a multiply into y) takes two. Here a group of up to kBandRows rows takes its statistics first,
@@ -514,7 +514,7 @@ void LayerNormRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_
 // on a Sapphire Rapids Xeon guest the general loop was then faster (float32, 1 thread, C loop over
 // the kernel, both builds in one process, best of 15 rounds: 8x16384 21.1 against 22.4 us, 32x4096
 // 20.5 against 24.0, 64x2048 16.7 against 25.6). The row length from which they run is
-// BandRowBytes(...) (dispatch.cpp: 8 KiB on AMD CPUs; on Intel's 16 KiB, for float and double only).
+// BandRowBytes() (dispatch.cpp: 8 KiB on AMD CPUs; on Intel's 16 KiB, float and double only).
 constexpr int kBandRows = 8;
 constexpr int64_t kBandValues = 1024;
 
