@@ -521,13 +521,14 @@ constexpr int64_t kBandValues = 1024;
 // The band loop asks for y's lines kBandPrefetchBytes before it stores to them (a plain
 // prefetcht0 on x86: __builtin_prefetch's write hint becomes prefetchw only with -mprfchw). Each
 // row's band of y is a fresh 4 KiB, and on the Xeon guest its stores missed: without the
-// prefetches the bands were slower than the general loop at every shape. Measured there (C loop over the kernel, both builds and the general loop in one process, best of 15
-// rounds, two runs, 1 thread, with weight and bias), general loop / bands / bands with these
-// prefetches, float32: 8x16384 26.1-27.2 / 36.3-38.5 / 22.9-23.2 us, 16x8192 26.2-26.4 / 37.0 /
-// 23.3, 32x4096 28.6-28.8 / 44.1 / 25.5; but rows of 8 KiB still slower banded: 64x2048 20.4-21.1 /
-// 38.2-39.5 / 25.1-25.8. float64: 8x16384 82.3 / 74.5 with them, 16x2048 13.5 / 12.0, 64x2048 81.0
-// / 71.8, and 128x1024 (8 KiB rows) 61.0 / 65.9. Prefetching x too, 128 bytes ahead, was within 2%
-// of this on float32 and 6% slower on float64 8x16384.
+// prefetches the bands were slower than the general loop at every shape. Measured there (C loop
+// over the kernel, both builds and the general loop in one process, best of 15 rounds, two runs, 1
+// thread, with weight and bias), general loop / bands / bands with these prefetches, float32:
+// 8x16384 26.1-27.2 / 36.3-38.5 / 22.9-23.2 us, 16x8192 26.2-26.4 / 37.0 / 23.3, 32x4096 28.6-28.8
+// / 44.1 / 25.5; but rows of 8 KiB still slower banded: 64x2048 20.4-21.1 / 38.2-39.5 / 25.1-25.8.
+// float64: 8x16384 82.3 / 74.5 with them, 16x2048 13.5 / 12.0, 64x2048 81.0 / 71.8, and 128x1024 (8
+// KiB rows) 61.0 / 65.9. Prefetching x too, 128 bytes ahead, was within 2% of this on float32 and
+// 6% slower on float64 8x16384.
 constexpr int64_t kBandPrefetchBytes = 256;
 
 // y's lines kBandPrefetchBytes after y + i, once a line of progress.
