@@ -267,32 +267,42 @@ def time_interleaved(fns: Dict[str, Callable[[], object]], rounds: int,
 # ---- the report ----------------------------------------------------------------------------------
 
 def run(shapes, dtypes, modes, threads: int, names, rounds: int, round_time: float,
-        log=print) -> List[dict]:
+        log=print, sweeps: int = 1) -> List[dict]:
+    """Each shape's row; with sweeps > 1 the whole set is measured that many times over and each
+    implementation keeps its best time of all sweeps, so that each shape's rounds are spread over
+    the run instead of lying within a second of each other: on a shared machine the other tenants'
+    load comes and goes over minutes, and one sweep can fall wholly inside a busy spell."""
     fastln.set_num_threads(threads)
-    results = []
-    for dt in dtypes:
-        skip = set()
-        for n, d in shapes:
-            x, w, b = inputs(n, d, dt)
-            for mode in modes:
-                fns = {}
-                for k in names:
-                    if k in skip:
-                        continue
-                    try:
-                        fns[k] = make_impl(k, x, w, b, mode == "out", threads)
-                    except Unsupported as e:
-                        skip.add(k)
-                        log(f"note: {e}")
-                t = time_interleaved(fns, rounds, round_time)
-                row = {"n": n, "d": d, "dtype": np.dtype(dt).name, "mode": mode,
-                       "threads": threads, "us": {k: v * 1e6 for k, v in t.items()}}
-                results.append(row)
-                log(format_row(row))
-                del fns
-            del x, w, b
+    rows: Dict[tuple, dict] = {}
+    for sweep in range(sweeps):
+        last = sweep == sweeps - 1
+        for dt in dtypes:
+            skip = set()
+            for n, d in shapes:
+                x, w, b = inputs(n, d, dt)
+                for mode in modes:
+                    fns = {}
+                    for k in names:
+                        if k in skip:
+                            continue
+                        try:
+                            fns[k] = make_impl(k, x, w, b, mode == "out", threads)
+                        except Unsupported as e:
+                            skip.add(k)
+                            if sweep == 0:
+                                log(f"note: {e}")
+                    t = time_interleaved(fns, rounds, round_time)
+                    key = (np.dtype(dt).name, n, d, mode)
+                    row = rows.setdefault(key, {"n": n, "d": d, "dtype": key[0], "mode": mode,
+                                                "threads": threads, "us": {}})
+                    for k, v in t.items():
+                        row["us"][k] = min(row["us"].get(k, math.inf), v * 1e6)
+                    if last:
+                        log(format_row(row))
+                    del fns
+                del x, w, b
     fastln.set_num_threads(0)
-    return results
+    return list(rows.values())
 
 
 def _bytes(row) -> int:
@@ -417,6 +427,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--impl", default=",".join(IMPLS), help="implementations to run")
     p.add_argument("--shapes", default=None, help="e.g. 1x768,2048x768 (overrides the grid)")
     p.add_argument("--rounds", type=int, default=None)
+    p.add_argument("--sweeps", type=int, default=1,
+                   help="measure every shape this many times over, keeping each one's best: on a "
+                        "shared machine whose load comes and goes (default 1)")
     p.add_argument("--json", metavar="FILE", help="write the results as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="plot GB/s against D (needs matplotlib)")
     p.add_argument("--training", action="store_true",
@@ -424,6 +437,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     a = p.parse_args(argv)
     if a.threads < 1:
         p.error("--threads must be >= 1")
+    if a.sweeps < 1:
+        p.error("--sweeps must be >= 1")
 
     try:
         dtypes = [parse_dtype(s) for s in a.dtype.split(",")]
@@ -464,23 +479,25 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
           f"streams y from {sb:g} MiB ({sb16:g} MiB 16-bit); {machine()}; numpy {np.__version__}")
     for note in notes:
         print(f"note: {note}")
-    print("µs: best round, per call. GB/s: bytes of x and y over fastln's time. / floor: fastln "
-          "time over np.multiply(x, c[, out=y]) time (a copy for 16-bit dtypes). × peer: peer time "
-          "over fastln time.")
+    sweeps = f" of {a.sweeps} sweeps" if a.sweeps > 1 else ""
+    print(f"µs: best round{sweeps}, per call. GB/s: bytes of x and y over fastln's time. / floor: "
+          "fastln time over np.multiply(x, c[, out=y]) time (a copy for 16-bit dtypes). × peer: "
+          "peer time over fastln time.")
     if a.threads > 1:
         print(HEADER + " × 1 thread |")
         print(RULE + " ---: |")
     else:
         print(HEADER)
         print(RULE)
-    results = run(shapes, dtypes, modes, a.threads, names, rounds, round_time)
+    results = run(shapes, dtypes, modes, a.threads, names, rounds, round_time,
+                  sweeps=a.sweeps)
     print()
     for line in summary(results):
         print(line)
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"machine": machine(), "runtime": info, "numpy": np.__version__,
-                       "results": results}, f, indent=1)
+                       "sweeps": a.sweeps, "results": results}, f, indent=1)
         print(f"wrote {a.json}")
     if a.plot:
         plot(results, a.plot)

@@ -68,3 +68,37 @@ def test_peer_without_a_kernel_is_left_out(monkeypatch, capsys):
 def test_unknown_dtype_is_an_argument_error():
     with pytest.raises(SystemExit):
         bench.main(["--dtype", "int8"])
+
+
+def test_sweeps_keep_each_implementation_best(monkeypatch, capsys, tmp_path):
+    # Fake timings, in the order measured: 4x64 then 3x100 in sweep 1, again in sweep 2. In each
+    # row one implementation's best comes from each sweep, so a row from one sweep alone, or
+    # each implementation's best taken across shapes, would show other numbers.
+    times = iter([{"fastln": 3e-6, "floor": 1e-6}, {"fastln": 2e-6, "floor": 4e-6},
+                  {"fastln": 2.5e-6, "floor": 6e-6}, {"fastln": 7e-6, "floor": 3e-6}])
+    calls = []
+
+    def fake(fns, rounds, round_time):
+        calls.append(sorted(fns))
+        return next(times)
+
+    monkeypatch.setattr(bench, "time_interleaved", fake)
+    out = tmp_path / "r.json"
+    assert bench.main(["--shapes", "4x64,3x100", "--impl", "fastln,floor", "--mode", "out",
+                       "--sweeps", "2", "--json", str(out)]) == 0
+    assert len(calls) == 4
+    text = capsys.readouterr().out
+    assert "best round of 2 sweeps" in text
+    # One row a shape, printed once, after the last sweep.
+    assert text.count("| float32 | out | 4×64 |") == 1
+    data = json.loads(out.read_text())
+    assert data["sweeps"] == 2
+    us = {(r["n"], r["d"]): r["us"] for r in data["results"]}
+    assert us[(4, 64)] == pytest.approx({"fastln": 2.5, "floor": 1.0})
+    assert us[(3, 100)] == pytest.approx({"fastln": 2.0, "floor": 3.0})
+
+
+def test_sweeps_must_be_positive():
+    with pytest.raises(SystemExit):
+        bench.main(["--sweeps", "0"])
+
