@@ -102,3 +102,30 @@ def test_sweeps_must_be_positive():
     with pytest.raises(SystemExit):
         bench.main(["--sweeps", "0"])
 
+
+def test_half_bound_probe_builds_and_runs(tmp_path):
+    """bench/half_bound.c, the float16 speed bound README cites, still compiles and runs."""
+    import os
+    import platform
+    import shutil
+    import subprocess
+
+    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench",
+                       "half_bound.c")
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None or platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip("needs a C compiler on x86-64")
+    if not os.path.exists(src):
+        pytest.skip("bench/ not shipped here")
+    exe = tmp_path / "half_bound"
+    subprocess.run([cc, "-O2", "-Wall", "-Werror", src, "-o", str(exe)], check=True)
+    r = subprocess.run([str(exe), "2", "32", "1"], capture_output=True, text=True)
+    if r.returncode == 1 and "needs AVX2" in r.stderr:
+        pytest.skip("CPU without AVX2")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("2x32, best of 1 rounds")
+    times = [float(line.split(":")[1]) for line in lines[1:]]
+    assert len(times) >= 2 and all(t > 0 for t in times)
+    bad = subprocess.run([str(exe), "2", "20"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "usage" in bad.stderr
