@@ -83,7 +83,8 @@ int main(int argc, char **argv) {
     xh[i] = 0x3800 | (uint16_t)(rand() & 0x3ff);  /* float16 in [0.5, 1) */
   }
   for (int64_t i = 0; i < d; ++i) w[i] = 1.0f, b[i] = 0.0f;
-  /* Calls per round: about 2 ms of float32 work, as fastln.bench's rounds. */
+  /* Calls per round: four million values' worth, so that a round lasts far longer than the
+   * clock's resolution. */
   int calls = (int)(4e6 / (double)n);
   if (calls < 1) calls = 1;
   double best[3] = {1e30, 1e30, 1e30};

@@ -270,7 +270,7 @@ def run(shapes, dtypes, modes, threads: int, names, rounds: int, round_time: flo
         log=print, sweeps: int = 1) -> List[dict]:
     """Each shape's row; with sweeps > 1 the whole set is measured that many times over and each
     implementation keeps its best time of all sweeps, so that each shape's rounds are spread over
-    the run instead of lying within a second of each other: on a shared machine the other tenants'
+    the run instead of lying within seconds of each other: on a shared machine the other tenants'
     load comes and goes over minutes, and one sweep can fall wholly inside a busy spell."""
     fastln.set_num_threads(threads)
     rows: Dict[tuple, dict] = {}
