@@ -514,7 +514,8 @@ void LayerNormRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_
 // on a Sapphire Rapids Xeon guest the general loop was then faster (float32, 1 thread, C loop over
 // the kernel, both builds in one process, best of 15 rounds: 8x16384 21.1 against 22.4 us, 32x4096
 // 20.5 against 24.0, 64x2048 16.7 against 25.6). The row length from which they run is
-// BandRowBytes() (dispatch.cpp: 8 KiB on AMD CPUs; on Intel's 16 KiB, float and double only).
+// BandRowBytes(native) (dispatch.cpp: 8 KiB on AMD CPUs; on Intel CPUs 16 KiB, float and double
+// rows only).
 constexpr int kBandRows = 8;
 constexpr int64_t kBandValues = 1024;
 
