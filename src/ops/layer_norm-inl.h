@@ -445,9 +445,12 @@ inline void SumAgain(const typename St::E *x, int64_t n, double inv_n, double *m
   }
 }
 
-// Rows [r0, r1) stored in format St. With kRes (a.res not null), each row's first read is the
-// residual add: h = x + res is written once, while the statistics run on it, and every later pass
-// (the shifted statistics, the normalize pass, the exact path) reads h, still in L1.
+// Rows [r0, r1) stored in format St, one at a time: not in pairs that share each load of weight
+// and bias, as the band loop and the short-row pipeline take them, since inside the statistics
+// loop a pair needs more than AVX2's 16 vector registers (spilled, it was slower; README, Speed).
+// With kRes (a.res not null), each row's first read is the residual add: h = x + res is written
+// once, while the statistics run on it, and every later pass (the shifted statistics, the
+// normalize pass, the exact path) reads h, still in L1.
 template <class St, bool kRes, bool kW, bool kB, bool kStream>
 void LayerNormRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0,
                     int64_t r1) {
