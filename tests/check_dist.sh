@@ -5,6 +5,9 @@
 #
 #   bash tests/check_dist.sh               default build (OpenMP when the compiler has it)
 #   bash tests/check_dist.sh --no-openmp   FASTLN_OPENMP=0: checks the wheel is single-threaded
+#   ... --wheel-only    leaves out the shipped tests that build the sources with the system compiler
+#                       (tests/test_native.py and tests/test_c_api.py: minutes each, and they test
+#                       the source tree rather than the wheel; .ci/run's pytest has run them)
 #
 # Environment: PYTHON (default python3), for the build and for the fresh virtualenv.
 set -euo pipefail
@@ -12,11 +15,14 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="${PYTHON:-python3}"
 OPENMP=1
-case "${1:-}" in
-  "") ;;
-  --no-openmp) OPENMP=0 ;;
-  *) echo "usage: $0 [--no-openmp]" >&2; exit 2 ;;
-esac
+PYTEST_ARGS=()
+for arg in "$@"; do
+  case "$arg" in
+    --no-openmp) OPENMP=0 ;;
+    --wheel-only) PYTEST_ARGS=(--ignore=tests/test_native.py --ignore=tests/test_c_api.py) ;;
+    *) echo "usage: $0 [--no-openmp] [--wheel-only]" >&2; exit 2 ;;
+  esac
+done
 
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
@@ -43,4 +49,4 @@ if sys.argv[1] == "0":
     assert info["openmp"] is False and info["num_threads"] == 1, info
 EOF
 cd "$WORK"/sdist/*/
-"$TPY" -m pytest -q -p no:cacheprovider
+"$TPY" -m pytest -q -p no:cacheprovider ${PYTEST_ARGS[@]+"${PYTEST_ARGS[@]}"}

@@ -1,8 +1,9 @@
 """The C library without Python: CMake builds libfastln, a C program links it, and its results match
 a float64 NumPy reference; bad arguments come back as status codes.
 
-Builds once per session into a temporary folder (about 10 s on two cores). Skips without cmake or a C
-compiler, or when the sources are not there (an installed wheel without the checkout).
+Builds once per session into a temporary folder (minutes: each ISA's kernel file takes two to
+three on its own). Skips without cmake or a C compiler, or when the sources are not there (an
+installed wheel without the checkout).
 """
 
 import os

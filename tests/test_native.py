@@ -1,8 +1,9 @@
 """Runs the C++ test program of tests/native (no Python in it) through tests/native/run.sh.
 
-The native run builds with the host compiler (a few seconds). The aarch64 run cross-compiles and
-runs under qemu-aarch64; it is marked slow and skips when the cross tools are absent (run.sh would
-install them, which a test should not do: .ci/run calls `bash tests/native/run.sh --aarch64`).
+The native run builds with the host compiler; the aarch64 run cross-compiles and runs under
+qemu-aarch64. Each takes minutes, most of it compiling the kernel files. The aarch64 run is marked
+slow and skips when the cross tools are absent (run.sh would install them, which a test should not
+do: .ci/run installs them first with `bash tests/native/run.sh --aarch64-tools`).
 """
 
 import os

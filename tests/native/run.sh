@@ -4,6 +4,8 @@
 #   bash tests/native/run.sh             native build, run here
 #   bash tests/native/run.sh --aarch64   cross-compile with Debian's g++-aarch64-linux-gnu (static)
 #                                        and run under qemu-aarch64; installs both if missing
+#   bash tests/native/run.sh --aarch64-tools   only install those two, so that pytest's
+#                                        tests/test_native.py runs the aarch64 build instead of skipping
 #
 # Environment: CXX (native compiler, default g++), FASTLN_OPENMP=0 (build without OpenMP),
 # FASTLN_NATIVE_BUILD_DIR (default build/native-<arch> in the repository).
@@ -12,10 +14,12 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 TARGET=native
+TOOLS_ONLY=0
 case "${1:-}" in
   "") ;;
   --aarch64) [ "$(uname -m)" = aarch64 ] || TARGET=aarch64 ;;  # on an aarch64 host: native
-  *) echo "usage: $0 [--aarch64]" >&2; exit 2 ;;
+  --aarch64-tools) TARGET=aarch64; TOOLS_ONLY=1 ;;
+  *) echo "usage: $0 [--aarch64 | --aarch64-tools]" >&2; exit 2 ;;
 esac
 
 need_pkgs() {  # install Debian packages whose commands are missing
@@ -36,6 +40,7 @@ RUNNER=()
 LDFLAGS=()
 if [ "$TARGET" = aarch64 ]; then
   need_pkgs aarch64-linux-gnu-g++ g++-aarch64-linux-gnu qemu-aarch64 qemu-user
+  [ "$TOOLS_ONLY" = 1 ] && exit 0
   CXX=aarch64-linux-gnu-g++
   ARCH=aarch64
   LDFLAGS=(-static)  # qemu-aarch64 then needs no aarch64 sysroot
