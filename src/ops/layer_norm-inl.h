@@ -519,8 +519,17 @@ void LayerNormRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_
 // 20.5 against 24.0, 64x2048 16.7 against 25.6). The row length from which they run is
 // BandRowBytes(native) (dispatch.cpp: 8 KiB on AMD CPUs; on Intel CPUs 16 KiB, float and double
 // rows only).
+//
+// A band is 4 KiB of the compute type T: 1024 values of float (and of 16-bit rows, computed in
+// float), 512 of double. Double bands of 1024 values (8 KiB, so 16 KiB of weight and bias a band,
+// half of Zen 3's L1) were slower. Measured on an AMD EPYC (Zen 3) guest, C loop over the
+// kernel, float64, weight and bias, out=, 1 thread, both builds in one process, best of 11 rounds,
+// three runs (1024 -> 512 values): 16x8192 51.8-52.5 -> 48.6-49.8 us, 64x2048 50.6-53.2 ->
+// 47.3-49.0, 32x4096 61.7-67.0 -> 57.0-62.6, 8x16384 52.0-54.9 -> 49.3-54.0; 128x1024 (one run)
+// 55.2 -> 50.5. For float, 512 values were up to 5% slower than 1024 in the same runs.
 constexpr int kBandRows = 8;
-constexpr int64_t kBandValues = 1024;
+template <class T>
+constexpr int64_t kBandValuesOf = 4096 / int64_t(sizeof(T));
 
 // The band loop asks for y's lines kBandPrefetchBytes before it stores to them (a plain
 // prefetcht0 on x86: __builtin_prefetch's write hint becomes prefetchw only with -mprfchw). Each
@@ -635,8 +644,8 @@ void LayerNormRowsBanded(const AddNormArgs<typename St::E, typename St::T> &a, i
       if (a.mean) a.mean[r] = T(mean);
       if (a.rstd) a.rstd[r] = T(rstd);
     }
-    for (int64_t i = 0; i < n; i += kBandValues) {
-      const int64_t end = Min(i + kBandValues, n);
+    for (int64_t i = 0; i < n; i += kBandValuesOf<T>) {
+      const int64_t end = Min(i + kBandValuesOf<T>, n);
       for (int k = 0; k < rows; ++k) {
         if (kind[k] == 0) continue;
         const bool two = k + 1 < rows && kind[k + 1] == kind[k];
