@@ -395,6 +395,34 @@ def _mixed_rows(rng, rows, cols, dtype):
 @pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 7, 23])
 def test_short_rows_mixed_with_general_rows(isa, rng, dtype, cols, rows):
     x, special = _mixed_rows(rng, rows, cols, dtype)
+    _check_mixed_rows(rng, x, special, dtype)
+
+
+# Row lengths (bytes) at the edges of LagOf's range, where the general loop normalizes a row one
+# row after its statistics instead of two: just under 4 KiB, 4 KiB, inside, just under 16 KiB, 16
+# KiB; float32 and float64, the formats whose lag changes there.
+LAG_BYTES = [4096 - 64, 4096, 6144, 16384 - 64, 16384]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("row_bytes", LAG_BYTES)
+@pytest.mark.parametrize("rows", [1, 2, 3, 6, 11])
+def test_general_loop_lag_edges(isa, rng, dtype, row_bytes, rows):
+    # With the bands off every one of these rows takes the general loop, whose order of rows then
+    # depends on the row length; no row's values may depend on it, nor on the rows around it.
+    cols = row_bytes // np.dtype(dtype).itemsize
+    x, special = _mixed_rows(rng, rows, cols, dtype)
+    fastln.set_band_bytes(np.iinfo(np.int64).max)
+    try:
+        _check_mixed_rows(rng, x, special, dtype)
+    finally:
+        fastln.set_band_bytes(None)
+
+
+def _check_mixed_rows(rng, x, special, dtype):
+    """x from _mixed_rows against the reference, and each row against a call with that row
+    alone, in place and with out=."""
+    rows, cols = x.shape
     w, b = _data(rng, cols, dtype), _data(rng, cols, dtype)
     y, mean, rstd = fastln.layer_norm(x, w, b, return_stats=True)
     with np.errstate(invalid="ignore"):  # the reference's Inf - Inf

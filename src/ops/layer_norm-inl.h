@@ -197,13 +197,13 @@ FASTLN_INLINE typename S::V AffineV(typename S::V u, typename S::V W, typename S
 // left.
 //
 // The normalize pass prefetches (see kPrefetchRowBytes) only rows of kPrefetchNormalizeBytes or
-// more. It reads row r's x kLag rows after the statistics read it, and shorter rows are still in
-// L1 then, with weight and bias: the prefetches only took load slots. Measured on an AMD EPYC
-// (Zen 3, 32 KiB L1d) guest, C loop over the kernel, float32, 1 thread, both builds in one
-// process, best of 7 rounds, three runs: 128x768 16.1-16.9 -> 14.9-15.9 us, 128x1024 21.1-23.2
-// -> 20.1-21.3 us; 512x1024, 128x1536, 1024x2048 within noise. In one run each: 2048x768 within
-// noise, streamed y (8192x768, 8192x1024, 4096x1536, 32768x512, 2048x1024) from 3% slower to 8%
-// faster.
+// more. It reads row r's x one or two rows (LagOf) after the statistics read it, and shorter rows
+// are still in L1 then, with weight and bias: the prefetches only took load slots. Measured (with
+// two rows' lag) on an AMD EPYC (Zen 3, 32 KiB L1d) guest, C loop over the kernel, float32, 1
+// thread, both builds in one process, best of 7 rounds, three runs: 128x768 16.1-16.9 -> 14.9-15.9
+// us, 128x1024 21.1-23.2 -> 20.1-21.3 us; 512x1024, 128x1536, 1024x2048 within noise. In one run
+// each: 2048x768 within noise, streamed y (8192x768, 8192x1024, 4096x1536, 32768x512, 2048x1024)
+// from 3% slower to 8% faster.
 constexpr int64_t kPrefetchNormalizeBytes = 8192;
 
 template <class St, bool kW, bool kB, bool kSplit, bool kStream>
@@ -421,12 +421,42 @@ inline Moments NormalizeAndNext(const Src *next, int64_t n, const typename St::E
   return Moments{0.0, 0.0, 0.0};
 }
 
-// Row r's normalize pass runs in the loop that computes the statistics of row r + kLag (see
-// RowMoments). Two rows ahead rather than one: on short rows a row's cost is the latency from its
-// last statistics step to the rstd its normalize pass needs, and that chain then has a whole row's
-// work to hide in (measured when the statistics were Welford's recurrence, before short rows had
-// their own pipeline: 512x64 f32 2.4 -> 2.2 ns per 8 floats; long rows unchanged within 2%).
-constexpr int kLag = 2;
+// Row r's normalize pass runs in the loop that computes the statistics of row r + lag (see
+// RowMoments), lag being LagOf<St>(n) rows.
+//
+// Two rows ahead on rows shorter than kLagOneFrom: a row's cost is then the latency from its last
+// statistics step to the rstd its normalize pass needs, and that chain has a whole row's work to
+// hide in (measured when the statistics were Welford's recurrence, before short rows had their own
+// pipeline: 512x64 f32 2.4 -> 2.2 ns per 8 floats).
+//
+// One row ahead on longer float and double rows, so that the normalize pass can read x back from
+// L1: with two, three rows of x, a row of y and weight and bias no longer fit in a 32 KiB L1
+// (float64 rows of 768 values: 36 KiB). Measured on an AMD EPYC (Zen 3) guest, C loop over the kernel, weight
+// and bias, out=, 1 thread, both builds in one process, best of 11 rounds, two runs (two rows
+// ahead -> one): float64 128x768 34.2-37.6 -> 28.2-31.9 us, 128x640 26.6-26.9 -> 24.7-25.5,
+// 128x1000 54.1-54.4 -> 49.2-49.7, 256x520 44.2-44.6 -> 43.4-43.5, 128x512 19.1-19.6 ->
+// 19.0-19.4; float32 128x1536 35.3-35.9 -> 28.9-29.5, 128x1024 19.9-20.3 -> 19.0-19.3; with
+// streamed y, float32 8192x1024 2536-2600 -> 2312-2367, 4096x1536 1710-2060 -> 1621-2060,
+// 1024x2048 478-511 -> 474-477, 2048x1024 423-433 -> 421-455. On shorter rows one row ahead was
+// slower: float32 2048x100 106.8-106.9 -> 114.2-115.1 us, 1024x200 64.2-64.7 -> 74.4-74.6,
+// 512x520 52.8-53.9 -> 55.9-56.3, 256x768 30.2-30.5 -> 30.9-31.3; float64 2048x100 109.0-110.4 ->
+// 123.2-125.9, 512x300 56.0-56.3 -> 58.1-59.1.
+//
+// Rows of 16 KiB or more, which come back from L2 with either lag (and are prefetched), keep two:
+// with one, 128x4096 (streamed y) ran 111.3-119.8 -> 110.4-134.4 us in four runs, 512x4096 and
+// 256x4096 within 4% either way. So do 16-bit rows, where one row ahead won nothing: through
+// Python, out=, 1 thread, one build with the lag switched at run time, alternating processes,
+// three runs each (two -> one): float16 128x2048 37.4-37.8 -> 39.0-39.2 us, 256x2560 104.3-105.4
+// -> 98.9-101.0, 128x3072 60.4-62.9 -> 59.8-60.9, 512x2048 159.5-169.0 -> 164.0-165.2; bfloat16
+// 128x2048, 512x2048, 128x3072 and 256x2560 within 2%.
+constexpr int kMaxLag = 2;
+constexpr int64_t kLagOneFrom = 4096, kLagOneBelow = 16384;
+
+template <class St>
+inline int LagOf(int64_t n) {
+  const int64_t bytes = n * int64_t(sizeof(typename St::E));
+  return St::kNative && bytes >= kLagOneFrom && bytes < kLagOneBelow ? 1 : 2;
+}
 
 // A row far from the pivot (zero) is summed again about the last pass's mean. At a large offset the
 // first pass's float sums give a mean good to a few standard deviations only on long rows with few
@@ -463,22 +493,23 @@ void LayerNormRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_
   const E *xs = First::Later(a);
   const int64_t lds = First::LaterLd(a);
   if (r0 >= r1) return;
-  Moments ahead[kLag];  // statistics of rows r .. r + kLag - 1
-  for (int64_t k = 0; k < kLag && r0 + k < r1; ++k) {
+  const int lag = LagOf<St>(n);
+  Moments ahead[kMaxLag];  // statistics of rows r .. r + lag - 1
+  for (int64_t k = 0; k < lag && r0 + k < r1; ++k) {
     ahead[k] = RowMoments<false>(First::Row(a, r0 + k), n, T(0), NoJob{});
   }
   for (int64_t r = r0; r < r1; ++r) {
     const E *x = xs + r * lds;
     E *y = a.y + r * a.ldy;
-    const bool has_next = r + kLag < r1;
-    const typename First::Src next_src = First::Row(a, has_next ? r + kLag : r);
+    const bool has_next = r + lag < r1;
+    const typename First::Src next_src = First::Row(a, has_next ? r + lag : r);
     const typename First::Src *next = has_next ? &next_src : nullptr;
     const Moments mo = ahead[0];
     double var = mo.m2 * inv_n;
     double mean = mo.mean;
     SumAgain<St>(x, n, inv_n, &mean, &var);
     const bool near = mean * mean <= kNear * kNear * var;
-    Moments mo2{0.0, 0.0, 0.0};  // row r + kLag
+    Moments mo2{0.0, 0.0, 0.0};  // row r + lag
     double rstd;
     if (IsFinite(var) && IsFinite(mean) && var + eps >= TinyVar<T>()) {
       rstd = 1.0 / Sqrt(var + eps);
@@ -498,8 +529,8 @@ void LayerNormRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_
     }
     if (a.mean) a.mean[r] = T(mean);
     if (a.rstd) a.rstd[r] = T(rstd);
-    for (int k = 0; k + 1 < kLag; ++k) ahead[k] = ahead[k + 1];
-    ahead[kLag - 1] = mo2;
+    for (int k = 0; k + 1 < lag; ++k) ahead[k] = ahead[k + 1];
+    ahead[lag - 1] = mo2;
   }
   if (kStream) Simd<T>::StreamFence();  // order the streamed y before whatever reads it next
 }
