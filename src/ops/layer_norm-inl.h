@@ -431,11 +431,11 @@ inline Moments NormalizeAndNext(const Src *next, int64_t n, const typename St::E
 //
 // One row ahead on longer float and double rows, so that the normalize pass can read x back from
 // L1: with two, three rows of x, a row of y and weight and bias no longer fit in a 32 KiB L1
-// (float64 rows of 768 values: 36 KiB). Measured on an AMD EPYC (Zen 3) guest, C loop over the kernel, weight
-// and bias, out=, 1 thread, both builds in one process, best of 11 rounds, two runs (two rows
-// ahead -> one): float64 128x768 34.2-37.6 -> 28.2-31.9 us, 128x640 26.6-26.9 -> 24.7-25.5,
-// 128x1000 54.1-54.4 -> 49.2-49.7, 256x520 44.2-44.6 -> 43.4-43.5, 128x512 19.1-19.6 ->
-// 19.0-19.4; float32 128x1536 35.3-35.9 -> 28.9-29.5, 128x1024 19.9-20.3 -> 19.0-19.3; with
+// (float64 rows of 768 values: 36 KiB). Measured on an AMD EPYC (Zen 3) guest, C loop over the
+// kernel, weight and bias, out=, 1 thread, both builds in one process, best of 11 rounds, two runs
+// (two rows ahead -> one): float64 128x768 34.2-37.6 -> 28.2-31.9 us, 128x640 26.6-26.9 ->
+// 24.7-25.5, 128x1000 54.1-54.4 -> 49.2-49.7, 256x520 44.2-44.6 -> 43.4-43.5, 128x512 19.1-19.6
+// -> 19.0-19.4; float32 128x1536 35.3-35.9 -> 28.9-29.5, 128x1024 19.9-20.3 -> 19.0-19.3; with
 // streamed y, float32 8192x1024 2536-2600 -> 2312-2367, 4096x1536 1710-2060 -> 1621-2060,
 // 1024x2048 478-511 -> 474-477, 2048x1024 423-433 -> 421-455. On shorter rows one row ahead was
 // slower: float32 2048x100 106.8-106.9 -> 114.2-115.1 us, 1024x200 64.2-64.7 -> 74.4-74.6,
