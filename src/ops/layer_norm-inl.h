@@ -442,8 +442,8 @@ inline Moments NormalizeAndNext(const Src *next, int64_t n, const typename St::E
 // 512x520 52.8-53.9 -> 55.9-56.3, 256x768 30.2-30.5 -> 30.9-31.3; float64 2048x100 109.0-110.4 ->
 // 123.2-125.9, 512x300 56.0-56.3 -> 58.1-59.1.
 //
-// Rows of 16 KiB or more, which come back from L2 with either lag (and are prefetched), keep two:
-// with one, 128x4096 (streamed y) ran 111.3-119.8 -> 110.4-134.4 us in four runs, 512x4096 and
+// Rows of 16 KiB or more, whose x does not fit in L1 with either lag (they are prefetched), keep
+// two: with one, 128x4096 (streamed y) ran 111.3-119.8 -> 110.4-134.4 us in four runs, 512x4096 and
 // 256x4096 within 4% either way. So do 16-bit rows, where one row ahead won nothing: through
 // Python, out=, 1 thread, one build with the lag switched at run time, alternating processes,
 // three runs each (two -> one): float16 128x2048 37.4-37.8 -> 39.0-39.2 us, 256x2560 104.3-105.4
