@@ -285,12 +285,22 @@ struct Normalizer {
       if (kW) PrefetchAhead(w + i, kBlockOf<T>);
       if (kB) PrefetchAhead(b + i, kBlockOf<T>);
     }
+    // The block's values are all computed before any is stored. A load that follows a store to
+    // an address a little below its own in the low 12 bits waits for that store (y a few vectors
+    // past x modulo 4 KiB, as NumPy's allocations often leave it); with the stores last, only a
+    // block's first loads follow the previous block's stores. Measured on an AMD EPYC (Zen 3)
+    // guest, C loop over the kernel, weight and bias, out=, 1 thread, both builds in one process,
+    // best of 9 rounds, x 16 and y 32 bytes past a 64-byte boundary, two runs: float32 512x1024
+    // 139.6-141.8 -> 124.2-127.8 us, 2048x1024 539-543 -> 486-489; float64 2048x768 743-745 ->
+    // 646-658, 512x4096 1297-1377 -> 1213-1229; 128x768 and 128x1024 within 3%.
+    if (kStream && i + kBlockOf<T> > n) return;
+    V v[kAcc];
+    for (int a = 0; a < kAcc; ++a) v[a] = Compute(i + a * N);
     if (kStream) {
-      if (i + kBlockOf<T> > n) return;
       static_assert(kAcc % 2 == 0, "a streamed block is whole pairs");
-      for (int a = 0; a < kAcc; a += 2) Pair(i + a * N);
+      for (int a = 0; a < kAcc; a += 2) St::StreamPair(y + i + a * N, v[a], v[a + 1]);
     } else {
-      for (int a = 0; a < kAcc; ++a) One(i + a * N);
+      for (int a = 0; a < kAcc; ++a) St::StoreY(y + i + a * N, v[a]);
     }
     done = i + kBlockOf<T>;
   }
