@@ -137,6 +137,19 @@ void Init() {
   g_init_status.compare_exchange_strong(one, status);
 }
 
+// The CPU's vendor, for defaults measured on one vendor's CPUs only.
+enum class Vendor { kAmd, kIntel, kOther };
+
+Vendor CpuVendor() {
+#if defined(__x86_64__) || defined(_M_X64)
+  unsigned a, b, c, d;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return Vendor::kOther;
+  if (b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163) return Vendor::kAmd;  // AuthenticAMD
+  if (b == 0x756e6547 && d == 0x49656e69 && c == 0x6c65746e) return Vendor::kIntel;  // GenuineIntel
+#endif
+  return Vendor::kOther;
+}
+
 // ---- when y is written with non-temporal stores ------------------------------------------------
 //
 // Streaming stores skip reading each line of y before writing it (a third of the memory traffic
@@ -151,8 +164,21 @@ void Init() {
 // fastln_set_stream_bytes and FASTLN_STREAM_MIB set them per machine.
 constexpr int64_t kMiB = int64_t(1) << 20;
 
+// native_split: float32 and float64 y of a layer norm without the residual add (see StreamY in
+// src/ops/layer_norm-inl.h) that runs on more than one thread, where the threads' non-temporal
+// stores share the memory's write bandwidth while x and y could have stayed in L3. On the AMD EPYC
+// guest (2026-12-03, 2 threads, out=, weight and bias, plain and streamed stores interleaved in
+// one process with torch's layer_norm between rounds, best of 3 or 5 rounds, us, plain against
+// streamed): float32 2 MiB (512x1024) 55.7 against 97.0, 128x4096 50.3 against 93.9, 4 MiB
+// (1024x1024) 95.9 against 197.8, 6 MiB (2048x768) 147.8 against 277.2, 8 MiB (2048x1024) 201.5
+// against 370.9, 12 MiB (4096x768) 344.2 against 551.4; float64 2 MiB (256x1024) 56.4 against
+// 93.6, 8 MiB (1024x1024) 220.5 against 368.5, 12 MiB (2048x768) 350.1 against 550.5. At 16 MiB
+// float32 about even (4096x1024 477.8 against 498.2, 1024x4096 509.3 against 476.7) and float64
+// behind (2048x1024 495.9 against 400.1); from 24 MiB behind (float32 8192x768 919.3 against
+// 631.1, 32768x1024 7894 against 6037). On one thread the same comparison moved either way by up
+// to 15% from run to run, so one-thread calls keep 2 MiB. Not measured on Intel CPUs.
 struct StreamPolicy {
-  int64_t native, half;
+  int64_t native, half, native_split;
 };
 
 StreamPolicy DefaultStreamPolicy() {
@@ -163,10 +189,11 @@ StreamPolicy DefaultStreamPolicy() {
     const long long n = strtoll(env, &end, 10);
     if (end && *end == '\0') {
       const int64_t b = n < 0 || n > (int64_t(1) << 40) ? INT64_MAX : int64_t(n) * kMiB;
-      return StreamPolicy{b, b};
+      return StreamPolicy{b, b, b};
     }
   }
-  return StreamPolicy{2 * kMiB, 32 * kMiB};
+  const int64_t split = CpuVendor() == Vendor::kAmd ? 16 * kMiB : 2 * kMiB;
+  return StreamPolicy{2 * kMiB, 32 * kMiB, split};
 }
 
 const StreamPolicy &DefaultStream() {
@@ -194,18 +221,6 @@ std::atomic<int64_t> g_stream_native{-1}, g_stream_half{-1};
 // 53.8 and 53.5 against 55.2 and 51.3). So on Intel CPUs the bands take float and double rows of
 // 16 KiB or more, and 16-bit rows only when set. Other CPUs (ARM included) were not measured, and
 // keep the rows one at a time. fastln_set_band_bytes sets one length for every dtype.
-enum class Vendor { kAmd, kIntel, kOther };
-
-Vendor CpuVendor() {
-#if defined(__x86_64__) || defined(_M_X64)
-  unsigned a, b, c, d;
-  if (!__get_cpuid(0, &a, &b, &c, &d)) return Vendor::kOther;
-  if (b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163) return Vendor::kAmd;  // AuthenticAMD
-  if (b == 0x756e6547 && d == 0x49656e69 && c == 0x6c65746e) return Vendor::kIntel;  // GenuineIntel
-#endif
-  return Vendor::kOther;
-}
-
 constexpr int64_t kNever = INT64_MAX;
 
 int64_t DefaultBandBytes(bool native) {
@@ -221,10 +236,11 @@ std::atomic<int64_t> g_band_bytes{-1};  // -1: the default
 
 }  // namespace
 
-int64_t StreamBytes(bool native) {
+int64_t StreamBytes(bool native, bool split) {
   const int64_t v = (native ? g_stream_native : g_stream_half).load(std::memory_order_relaxed);
   if (v >= 0) return v;
-  return native ? DefaultStream().native : DefaultStream().half;
+  if (!native) return DefaultStream().half;
+  return split ? DefaultStream().native_split : DefaultStream().native;
 }
 
 int64_t BandRowBytes(bool native) {
@@ -287,7 +303,7 @@ int fastln_set_stream_bytes(int64_t native_bytes, int64_t half_bytes) {
   return FASTLN_OK;
 }
 
-int64_t fastln_get_stream_bytes(int half) { return fastln::StreamBytes(half == 0); }
+int64_t fastln_get_stream_bytes(int half) { return fastln::StreamBytes(half == 0, false); }
 
 int fastln_set_band_bytes(int64_t row_bytes) {
   fastln::g_band_bytes.store(row_bytes < 0 ? -1 : row_bytes);

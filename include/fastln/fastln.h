@@ -201,9 +201,11 @@ const char *fastln_best_isa(void);
 /* Streaming stores: a call whose y (all of it, over all threads) is at least this many bytes
  * writes y with non-temporal stores, which skip reading y's lines first but leave y out of the
  * caches. native_bytes is for float32 and float64 y, half_bytes for float16 and bfloat16 y; a
- * negative value restores that one's default (2 MiB and 32 MiB, or FASTLN_STREAM_MIB MiB for both
- * when that was set at start-up). Returns FASTLN_OK. fastln_get_stream_bytes(0) gives
- * the float32/float64 size, fastln_get_stream_bytes(1) the 16-bit one. */
+ * negative value restores that one's default (2 MiB and 32 MiB, and 16 MiB for float32 and
+ * float64 layer norms without the residual add that run on more than one thread on AMD CPUs; or
+ * FASTLN_STREAM_MIB MiB for all when that was set at start-up). A value set applies at every
+ * thread count. Returns FASTLN_OK. fastln_get_stream_bytes(0) gives the float32/float64 size of
+ * a call on one thread, fastln_get_stream_bytes(1) the 16-bit one. */
 int fastln_set_stream_bytes(int64_t native_bytes, int64_t half_bytes);
 int64_t fastln_get_stream_bytes(int half);
 

@@ -383,7 +383,8 @@ inline void ExactRow(const typename St::E *x, typename St::E *y, int64_t n,
 // the others the split form (see Normalizer).
 constexpr double kNear = 2.0;
 
-// When a call streams y: StreamBytes (dispatch.cpp; defaults 2 MiB, 32 MiB for 16-bit y).
+// When a call streams y: StreamBytes (dispatch.cpp; defaults 2 MiB, 32 MiB for 16-bit y, 16 MiB
+// for a call split across threads on AMD CPUs).
 // Measured on a Sapphire Rapids guest with a large shared L3: float32 2 MiB and up 1.2-1.6x faster
 // stores, 1 MiB 1.5x slower; again in a C loop, timed blocks of 8 to 300 calls (40 ms or more), y
 // on a line boundary (2026-11-30): 2 MiB 1.1x faster streamed; from 6 to 16 MiB within 4% either
@@ -1029,7 +1030,11 @@ inline bool StreamY(const AddNormArgs<typename St::E, typename St::T> &a, int64_
                     int64_t r1) {
   const int64_t row_bytes = a.cols * int64_t(sizeof(typename St::E));
   const int64_t rows = a.call_rows > 0 ? a.call_rows : r1 - r0;
-  return rows * row_bytes >= StreamBytes(St::kNative) &&
+  // The threshold for calls split across threads was measured without the residual add, whose
+  // x, residual and h make its footprint twice as large: with it, 2 threads, plain stores won at
+  // 1024x1024 (184.4 against 266.7 us) and lost at 2048x768 (345.4 against 315.0).
+  const bool split = r1 - r0 < rows && !a.res;
+  return rows * row_bytes >= StreamBytes(St::kNative, split) &&
          (row_bytes >= kStreamRowBytes || (ShortRow<St>(a.cols) && WholeLines<St>(a))) &&
          reinterpret_cast<uintptr_t>(a.y) % sizeof(typename St::E) == 0;
 }
