@@ -266,6 +266,18 @@ def time_interleaved(fns: Dict[str, Callable[[], object]], rounds: int,
 
 # ---- the report ----------------------------------------------------------------------------------
 
+def _wake_threads(seconds: float = 0.5) -> None:
+    """Keep fastln's thread team busy for a while before the first shape is timed. On the EPYC
+    guest the first shape of a `--threads 2` run took 0.5-0.7x its one-thread time in every
+    round (128x1024: 36-45 us, against 13.7-13.8 us when it came second), and a loop of calls
+    took 42 us on its first 20 ms and 14 us from 0.3 s on: the second core comes up slowly."""
+    x = np.ones((256, 1024), np.float32)
+    y = np.empty_like(x)
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        fastln.layer_norm(x, out=y)
+
+
 def run(shapes, dtypes, modes, threads: int, names, rounds: int, round_time: float,
         log=print, sweeps: int = 1) -> List[dict]:
     """Each shape's row; with sweeps > 1 the whole set is measured that many times over and each
@@ -273,6 +285,8 @@ def run(shapes, dtypes, modes, threads: int, names, rounds: int, round_time: flo
     the run instead of lying within seconds of each other: on a shared machine the other tenants'
     load comes and goes over minutes, and one sweep can fall wholly inside a busy spell."""
     fastln.set_num_threads(threads)
+    if threads != 1:
+        _wake_threads()
     rows: Dict[tuple, dict] = {}
     for sweep in range(sweeps):
         last = sweep == sweeps - 1
