@@ -175,8 +175,9 @@ constexpr int64_t kMiB = int64_t(1) << 20;
 // 93.6, 8 MiB (1024x1024) 220.5 against 368.5, 12 MiB (2048x768) 350.1 against 550.5. At 16 MiB
 // float32 about even (4096x1024 477.8 against 498.2, 1024x4096 509.3 against 476.7) and float64
 // behind (2048x1024 495.9 against 400.1); from 24 MiB behind (float32 8192x768 919.3 against
-// 631.1, 32768x1024 7894 against 6037). On one thread the same comparison moved either way by up
-// to 15% from run to run, so one-thread calls keep 2 MiB. Not measured on Intel CPUs.
+// 631.1, 32768x1024 7894 against 6037). On one thread the same comparison went either way by up
+// to 18% from shape to shape and run to run, so one-thread calls keep 2 MiB. Not measured on
+// Intel CPUs.
 struct StreamPolicy {
   int64_t native, half, native_split;
 };

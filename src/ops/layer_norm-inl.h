@@ -285,14 +285,16 @@ struct Normalizer {
       if (kW) PrefetchAhead(w + i, kBlockOf<T>);
       if (kB) PrefetchAhead(b + i, kBlockOf<T>);
     }
-    // The block's values are all computed before any is stored. A load that follows a store to
-    // an address a little below its own in the low 12 bits waits for that store (y a few vectors
-    // past x modulo 4 KiB, as NumPy's allocations often leave it); with the stores last, only a
-    // block's first loads follow the previous block's stores. Measured on an AMD EPYC (Zen 3)
-    // guest, C loop over the kernel, weight and bias, out=, 1 thread, both builds in one process,
-    // best of 9 rounds, x 16 and y 32 bytes past a 64-byte boundary, two runs: float32 512x1024
-    // 139.6-141.8 -> 124.2-127.8 us, 2048x1024 539-543 -> 486-489; float64 2048x768 743-745 ->
-    // 646-658, 512x4096 1297-1377 -> 1213-1229; 128x768 and 128x1024 within 3%.
+    // The block's values are all computed before any is stored, so that only a block's first
+    // loads follow the previous block's stores. With y 16 to 64 bytes past x modulo 4 KiB (as
+    // NumPy's allocations often leave it), 512x4096 float32 with streamed y took 830-848 us
+    // through Python, against 542-618 us from 256 bytes on, which points to loads of x waiting on
+    // stores of y that match them in the low 12 bits (this guest has no counters to show it).
+    // Measured on an AMD EPYC (Zen 3) guest, C loop over the kernel, weight and bias, out=, 1
+    // thread, both builds in one process, best of 9 rounds, x 16 and y 32 bytes past a 64-byte
+    // boundary, two runs: float32 512x1024 139.6-141.8 -> 124.2-127.8 us, 2048x1024 539-543 ->
+    // 486-489; float64 2048x768 743-745 -> 646-658, 512x4096 1297-1377 -> 1213-1229; 128x768 and
+    // 128x1024 within 3%. Through Python, 512x4096 took 552-562 us at 16 to 64 bytes after it.
     if (kStream && i + kBlockOf<T> > n) return;
     V v[kAcc];
     for (int a = 0; a < kAcc; ++a) v[a] = Compute(i + a * N);
