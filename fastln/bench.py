@@ -268,9 +268,9 @@ def time_interleaved(fns: Dict[str, Callable[[], object]], rounds: int,
 
 def _wake_threads(seconds: float = 0.5) -> None:
     """Keep fastln's thread team busy for a while before the first shape is timed. On the EPYC
-    guest the first shape of a `--threads 2` run took 0.5-0.7x its one-thread time in every
-    round (128x1024: 36-45 us, against 13.7-13.8 us when it came second), and a loop of calls
-    took 42 us on its first 20 ms and 14 us from 0.3 s on: the second core comes up slowly."""
+    guest the first shape of 11 of 13 `--threads 2` runs ran no faster than on one thread
+    (0.50-1.01x; 128x1024 36-45 us, against 13.7-13.8 us when it came second), and a loop of calls
+    took 42 us on its first 20 ms and 14 us from 0.3 s on, as if the second core woke slowly."""
     x = np.ones((256, 1024), np.float32)
     y = np.empty_like(x)
     end = time.perf_counter() + seconds

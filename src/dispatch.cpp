@@ -165,19 +165,19 @@ Vendor CpuVendor() {
 constexpr int64_t kMiB = int64_t(1) << 20;
 
 // native_split: float32 and float64 y of a layer norm without the residual add (see StreamY in
-// src/ops/layer_norm-inl.h) that runs on more than one thread, where the threads' non-temporal
-// stores share the memory's write bandwidth while x and y could have stayed in L3. On the AMD EPYC
-// guest (2026-12-03, 2 threads, out=, weight and bias, plain and streamed stores interleaved in
-// one process with torch's layer_norm between rounds, best of 3 or 5 rounds, us, plain against
-// streamed): float32 2 MiB (512x1024) 55.7 against 97.0, 128x4096 50.3 against 93.9, 4 MiB
-// (1024x1024) 95.9 against 197.8, 6 MiB (2048x768) 147.8 against 277.2, 8 MiB (2048x1024) 201.5
-// against 370.9, 12 MiB (4096x768) 344.2 against 551.4; float64 2 MiB (256x1024) 56.4 against
-// 93.6, 8 MiB (1024x1024) 220.5 against 368.5, 12 MiB (2048x768) 350.1 against 550.5. At 16 MiB
-// float32 about even (4096x1024 477.8 against 498.2, 1024x4096 509.3 against 476.7) and float64
-// behind (2048x1024 495.9 against 400.1); from 24 MiB behind (float32 8192x768 919.3 against
-// 631.1, 32768x1024 7894 against 6037). On one thread the same comparison went either way by up
-// to 18% from shape to shape and run to run, so one-thread calls keep 2 MiB. Not measured on
-// Intel CPUs.
+// src/ops/layer_norm-inl.h) that runs on more than one thread. Likely (not measured: this guest has
+// no counters) the threads' non-temporal stores share the memory's write bandwidth while x and y
+// could have stayed in L3. On the AMD EPYC guest (2026-12-03, 2 threads, out=, weight and bias,
+// plain and streamed stores interleaved in one process with torch's layer_norm between rounds, best
+// of 3 or 5 rounds, us, plain against streamed): float32 2 MiB (512x1024) 55.7 against 97.0,
+// 128x4096 50.3 against 93.9, 4 MiB (1024x1024) 95.9 against 197.8, 6 MiB (2048x768) 147.8 against
+// 277.2, 8 MiB (2048x1024) 201.5 against 370.9, 12 MiB (4096x768) 344.2 against 551.4; float64 2
+// MiB (256x1024) 56.4 against 93.6, 8 MiB (1024x1024) 220.5 against 368.5, 12 MiB (2048x768) 350.1
+// against 550.5. At 16 MiB float32 about even (4096x1024 477.8 against 498.2, 1024x4096 509.3
+// against 476.7) and float64 behind (2048x1024 495.9 against 400.1); from 24 MiB behind (float32
+// 8192x768 919.3 against 631.1, 32768x1024 7894 against 6037). On one thread the same comparison
+// went either way by up to 18% from shape to shape and run to run, so one-thread calls keep 2 MiB.
+// Not measured on Intel CPUs.
 struct StreamPolicy {
   int64_t native, half, native_split;
 };
