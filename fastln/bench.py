@@ -490,7 +490,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     info = fastln.runtime_info()
     sb, sb16 = (v / (1 << 20) for v in info["stream_bytes"])
     print(f"fastln {info['version']} isa={info['isa']} threads={a.threads} "
-          f"streams y from {sb:g} MiB ({sb16:g} MiB 16-bit); {machine()}; numpy {np.__version__}")
+          f"streams y from {sb:g} MiB ({sb16:g} MiB 16-bit; on AMD CPUs later for long rows and "
+          f"split calls: help(fastln.set_stream_bytes)); {machine()}; numpy {np.__version__}")
     for note in notes:
         print(f"note: {note}")
     sweeps = f" of {a.sweeps} sweeps" if a.sweeps > 1 else ""

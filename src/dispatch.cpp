@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <algorithm>
 #include <atomic>
 
 #include "dispatch.h"
@@ -178,8 +179,29 @@ constexpr int64_t kMiB = int64_t(1) << 20;
 // 8192x768 919.3 against 631.1, 32768x1024 7894 against 6037). On one thread the same comparison
 // went either way by up to 18% from shape to shape and run to run, so one-thread calls keep 2 MiB.
 // Not measured on Intel CPUs.
+// native_long: float32 and float64 y of a layer norm with weight or bias in rows of
+// kStreamLongRowBytes (16 KiB) or more, on one thread or with the residual add. Streamed, such
+// rows take the general loop, in which a row of x with its weight and bias (48 KiB of float32)
+// is more than Zen 3's 32 KiB L1, so weight and bias come from L2 for every row; with plain
+// stores they take the column bands, which read weight and bias once per group of rows
+// (src/ops/layer_norm-inl.h). Measured on the AMD EPYC guest (2026-12-03, 1 thread, out=, weight
+// and bias, streamed and plain stores interleaved in one process, best of 5 or 7 rounds, us,
+// streamed against plain): float32 (two to five runs) 128x4096 (2 MiB) 119-152 against 99-111,
+// 256x4096 (4 MiB) 244-282 against 207-240, 32x16384 (2 MiB) 119-136 against 102-126, 64x16384
+// (4 MiB) 285-332 against 273-277; float64 (two runs) 128x2048 118-124 against 105-111, 64x4096
+// 118-120 against 109-110, 256x2048 256 against 228-231, 128x4096 245-246 against 208-225,
+// 32x16384 286-343 against 275-311. With torch's layer_norm between the rounds plain stores won
+// too (float32 128x4096 135-187 against 129-168, two runs; float64 128x2048, 256x2048 and
+// 64x4096, one run). With the residual add (two runs): 128x4096 204-206 against 184, 32x16384
+// 284-304 against 230-242; on 2 threads 128x4096 131-133 against 88, 64x16384 294-302 against
+// 185-188. At 8 MiB the order changed from run to run (512x4096 and 128x16384, six runs each);
+// from 16 MiB streaming won (1024x4096 1057-1127 against 1529-1567, 256x16384 1163-1177 against
+// 1619-1696), and with the residual add from 8 MiB (512x4096 895-953 against 1040-1095; on 2
+// threads 510-515 against 494-500). Rows of 8 KiB went either way (float32 256x2048 streamed
+// 98-107 against 107-113 plain, but with torch between rounds 116-118 against 99-101), rows of
+// 12 KiB within 5%. Not measured on Intel CPUs, which keep the one-thread size.
 struct StreamPolicy {
-  int64_t native, half, native_split;
+  int64_t native, half, native_split, native_long;
 };
 
 StreamPolicy DefaultStreamPolicy() {
@@ -190,11 +212,11 @@ StreamPolicy DefaultStreamPolicy() {
     const long long n = strtoll(env, &end, 10);
     if (end && *end == '\0') {
       const int64_t b = n < 0 || n > (int64_t(1) << 40) ? INT64_MAX : int64_t(n) * kMiB;
-      return StreamPolicy{b, b, b};
+      return StreamPolicy{b, b, b, b};
     }
   }
-  const int64_t split = CpuVendor() == Vendor::kAmd ? 16 * kMiB : 2 * kMiB;
-  return StreamPolicy{2 * kMiB, 32 * kMiB, split};
+  const bool amd = CpuVendor() == Vendor::kAmd;
+  return StreamPolicy{2 * kMiB, 32 * kMiB, amd ? 16 * kMiB : 2 * kMiB, amd ? 8 * kMiB : 2 * kMiB};
 }
 
 const StreamPolicy &DefaultStream() {
@@ -237,11 +259,13 @@ std::atomic<int64_t> g_band_bytes{-1};  // -1: the default
 
 }  // namespace
 
-int64_t StreamBytes(bool native, bool split) {
+int64_t StreamBytes(bool native, bool split, bool long_rows) {
   const int64_t v = (native ? g_stream_native : g_stream_half).load(std::memory_order_relaxed);
   if (v >= 0) return v;
-  if (!native) return DefaultStream().half;
-  return split ? DefaultStream().native_split : DefaultStream().native;
+  const StreamPolicy &p = DefaultStream();
+  if (!native) return p.half;
+  if (split) return std::max(p.native_split, long_rows ? p.native_long : p.native);
+  return long_rows ? p.native_long : p.native;
 }
 
 int64_t BandRowBytes(bool native) {
@@ -304,7 +328,7 @@ int fastln_set_stream_bytes(int64_t native_bytes, int64_t half_bytes) {
   return FASTLN_OK;
 }
 
-int64_t fastln_get_stream_bytes(int half) { return fastln::StreamBytes(half == 0, false); }
+int64_t fastln_get_stream_bytes(int half) { return fastln::StreamBytes(half == 0, false, false); }
 
 int fastln_set_band_bytes(int64_t row_bytes) {
   fastln::g_band_bytes.store(row_bytes < 0 ? -1 : row_bytes);

@@ -10,9 +10,11 @@
 namespace fastln {
 
 // The size of a call's y, in bytes, from which it is written with non-temporal stores: float32
-// and float64 y when native, 16-bit y otherwise; `split`: a call shared by several threads
-// (dispatch.cpp; fastln_set_stream_bytes). Baseline code, so every ISA's kernels may call it.
-int64_t StreamBytes(bool native, bool split);
+// and float64 y when native, 16-bit y otherwise; `split`: a call shared by several threads;
+// `long_rows`: a layer norm with weight or bias whose rows are long enough that, streamed, their
+// weight and bias no longer stay in L1 (dispatch.cpp; fastln_set_stream_bytes). Baseline code,
+// so every ISA's kernels may call it.
+int64_t StreamBytes(bool native, bool split, bool long_rows);
 
 // The row length, in bytes, from which the layer norm's normalize pass runs in column bands across
 // groups of rows, for rows of float or double (native) or of 16-bit values (dispatch.cpp;

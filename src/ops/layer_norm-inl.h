@@ -385,8 +385,9 @@ inline void ExactRow(const typename St::E *x, typename St::E *y, int64_t n,
 // the others the split form (see Normalizer).
 constexpr double kNear = 2.0;
 
-// When a call streams y: StreamBytes (dispatch.cpp; defaults 2 MiB, 32 MiB for 16-bit y, 16 MiB
-// for a call split across threads on AMD CPUs).
+// When a call streams y: StreamBytes (dispatch.cpp; defaults 2 MiB, 32 MiB for 16-bit y; on AMD
+// CPUs 16 MiB for a call split across threads and 8 MiB for rows of kStreamLongRowBytes or more
+// with weight or bias).
 // Measured on a Sapphire Rapids guest with a large shared L3: float32 2 MiB and up 1.2-1.6x faster
 // stores, 1 MiB 1.5x slower; again in a C loop, timed blocks of 8 to 300 calls (40 ms or more), y
 // on a line boundary (2026-11-30): 2 MiB 1.1x faster streamed; from 6 to 16 MiB within 4% either
@@ -398,6 +399,9 @@ constexpr double kNear = 2.0;
 // cache, and streaming over cached lines was 1.3x (huge pages) to 3x (4 KiB pages) slower than
 // plain stores there. 16-bit y streams two vectors' values as one store (StreamPair).
 constexpr int64_t kStreamRowBytes = 1024;
+// Rows from which a layer norm with weight or bias streams only from a larger y on AMD CPUs
+// (StreamPolicy::native_long in dispatch.cpp).
+constexpr int64_t kStreamLongRowBytes = 16384;
 
 // The first read of row r: the stored row x, or with kRes the residual add that also writes h.
 // Every later pass reads the rows where Later and LaterLd say: x, or h.
@@ -1036,7 +1040,8 @@ inline bool StreamY(const AddNormArgs<typename St::E, typename St::T> &a, int64_
   // x, residual and h make its footprint twice as large: with it, 2 threads, plain stores won at
   // 1024x1024 (184.4 against 266.7 us) and lost at 2048x768 (345.4 against 315.0).
   const bool split = r1 - r0 < rows && !a.res;
-  return rows * row_bytes >= StreamBytes(St::kNative, split) &&
+  const bool long_rows = row_bytes >= kStreamLongRowBytes && (a.weight || a.bias);
+  return rows * row_bytes >= StreamBytes(St::kNative, split, long_rows) &&
          (row_bytes >= kStreamRowBytes || (ShortRow<St>(a.cols) && WholeLines<St>(a))) &&
          reinterpret_cast<uintptr_t>(a.y) % sizeof(typename St::E) == 0;
 }
