@@ -180,26 +180,26 @@ constexpr int64_t kMiB = int64_t(1) << 20;
 // went either way by up to 18% from shape to shape and run to run, so one-thread calls keep 2 MiB.
 // Not measured on Intel CPUs.
 // native_long: float32 and float64 y of a layer norm with weight or bias in rows of
-// kStreamLongRowBytes (16 KiB) or more, on one thread or with the residual add. Streamed, such
-// rows take the general loop, in which a row of x with its weight and bias (48 KiB of float32)
-// is more than Zen 3's 32 KiB L1, so weight and bias come from L2 for every row; with plain
-// stores they take the column bands, which read weight and bias once per group of rows
-// (src/ops/layer_norm-inl.h). Measured on the AMD EPYC guest (2026-12-03, 1 thread, out=, weight
-// and bias, streamed and plain stores interleaved in one process, best of 5 or 7 rounds, us,
+// kStreamLongRowBytes (16 KiB) or more, on one thread or with the residual add. Streamed, such rows
+// take the general loop, in which a row of x with its weight and bias (48 KiB of float32) is more
+// than Zen 3's 32 KiB L1, so (by those sizes; not counted) weight and bias come from L2 for every
+// row; with plain stores they take the column bands, which read weight and bias once per group of
+// rows (src/ops/layer_norm-inl.h). Measured on the AMD EPYC guest (2026-12-03, 1 thread, out=,
+// weight and bias, streamed and plain stores interleaved in one process, best of 5 or 7 rounds, us,
 // streamed against plain): float32 (two to five runs) 128x4096 (2 MiB) 119-152 against 99-111,
-// 256x4096 (4 MiB) 244-282 against 207-240, 32x16384 (2 MiB) 119-136 against 102-126, 64x16384
-// (4 MiB) 285-332 against 273-277; float64 (two runs) 128x2048 118-124 against 105-111, 64x4096
-// 118-120 against 109-110, 256x2048 256 against 228-231, 128x4096 245-246 against 208-225,
-// 32x16384 286-343 against 275-311. With torch's layer_norm between the rounds plain stores won
-// too (float32 128x4096 135-187 against 129-168, two runs; float64 128x2048, 256x2048 and
-// 64x4096, one run). With the residual add (two runs): 128x4096 204-206 against 184, 32x16384
-// 284-304 against 230-242; on 2 threads 128x4096 131-133 against 88, 64x16384 294-302 against
-// 185-188. At 8 MiB the order changed from run to run (512x4096 and 128x16384, six runs each);
-// from 16 MiB streaming won (1024x4096 1057-1127 against 1529-1567, 256x16384 1163-1177 against
-// 1619-1696), and with the residual add from 8 MiB (512x4096 895-953 against 1040-1095; on 2
-// threads 510-515 against 494-500). Rows of 8 KiB went either way (float32 256x2048 streamed
-// 98-107 against 107-113 plain, but with torch between rounds 116-118 against 99-101), rows of
-// 12 KiB within 5%. Not measured on Intel CPUs, which keep the one-thread size.
+// 256x4096 (4 MiB) 244-282 against 207-240, 32x16384 (2 MiB) 119-136 against 102-126, 64x16384 (4
+// MiB) 285-332 against 273-277; float64 (two runs) 128x2048 118-124 against 105-111, 64x4096
+// 118-120 against 109-110, 256x2048 256 against 228-231, 128x4096 245-246 against 208-225, 32x16384
+// 286-343 against 275-311. With torch's layer_norm between the rounds plain stores won too (float32
+// 128x4096 135-187 against 129-168, two runs; float64 128x2048, 256x2048 and 64x4096, one run).
+// With the residual add (two runs): 128x4096 204-206 against 184, 32x16384 284-304 against 230-242;
+// on 2 threads 128x4096 131-133 against 88, 64x16384 294-302 against 185-188. At 8 MiB the order
+// changed from run to run (512x4096 and 128x16384, six runs each); from 16 MiB streaming won
+// (1024x4096 1057-1127 against 1529-1567, 256x16384 1163-1177 against 1619-1696), and with the
+// residual add from 8 MiB (512x4096 895-953 against 1040-1095; on 2 threads 510-515 against
+// 494-500). Rows of 8 KiB went either way (float32 256x2048 streamed 98-107 against 107-113 plain,
+// but with torch between rounds 116-118 against 99-101), rows of 12 KiB within 5%. Not measured on
+// Intel CPUs, which keep the one-thread size.
 struct StreamPolicy {
   int64_t native, half, native_split, native_long;
 };
