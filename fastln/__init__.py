@@ -201,10 +201,11 @@ def set_stream_bytes(nbytes: Optional[int] = None, nbytes16: Optional[int] = Non
     """Write outputs of at least nbytes (float32, float64) or nbytes16 (float16, bfloat16) with
     streaming stores, which skip the caches; None restores the default (2 MiB and 32 MiB; on AMD
     CPUs, for float32 and float64 layer norms, from 16 MiB when one is split across threads, the
-    residual add aside, and from at least 8 MiB in rows of 16 KiB or more with weight or bias; or
-    FASTLN_STREAM_MIB MiB when set at start-up). The sizes count the whole call's output and,
-    once set, apply at every thread count and row length. Where the crossover lies depends on the
-    machine's caches: see README, "Choosing the ISA and the number of threads"."""
+    residual add aside, and from at least 8 MiB in rows of 16 KiB or more with weight or bias that
+    take the column bands, see set_band_bytes; or FASTLN_STREAM_MIB MiB when set at start-up).
+    The sizes count the whole call's output and, once set, apply at every thread count and row
+    length. Where the crossover lies depends on the machine's caches: see README, "Choosing the
+    ISA and the number of threads"."""
     _core.set_stream_bytes(
         _bytes_or_default("nbytes", nbytes), _bytes_or_default("nbytes16", nbytes16)
     )

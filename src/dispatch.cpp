@@ -180,7 +180,8 @@ constexpr int64_t kMiB = int64_t(1) << 20;
 // went either way by up to 18% from shape to shape and run to run, so one-thread calls keep 2 MiB.
 // Not measured on Intel CPUs.
 // native_long: float32 and float64 y of a layer norm with weight or bias in rows of
-// kStreamLongRowBytes (16 KiB) or more, on one thread or with the residual add. Streamed, such rows
+// kStreamLongRowBytes (16 KiB) or more that take the column bands (at least BandRowBytes), on one
+// thread or with the residual add. Streamed, such rows
 // take the general loop, in which a row of x with its weight and bias (48 KiB of float32) is more
 // than Zen 3's 32 KiB L1, so (by those sizes; not counted) weight and bias come from L2 for every
 // row; with plain stores they take the column bands, which read weight and bias once per group of

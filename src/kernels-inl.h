@@ -28,6 +28,7 @@ namespace {
 inline bool IsFinite(double v) { return v - v == 0.0; }  // false for NaN and +-Inf
 inline double Sqrt(double v) { return __builtin_sqrt(v); }
 inline int64_t Min(int64_t a, int64_t b) { return a < b ? a : b; }
+inline int64_t Max(int64_t a, int64_t b) { return a < b ? b : a; }
 inline double Abs(double v) { return v < 0 ? -v : v; }
 
 template <class A, class B> struct IsSame { static constexpr bool value = false; };

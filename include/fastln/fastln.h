@@ -203,8 +203,9 @@ const char *fastln_best_isa(void);
  * caches. native_bytes is for float32 and float64 y, half_bytes for float16 and bfloat16 y; a
  * negative value restores that one's default (2 MiB and 32 MiB; on AMD CPUs, for float32 and
  * float64 layer norms, 16 MiB when one without the residual add runs on more than one thread, and
- * 8 MiB or more for rows of 16 KiB or more with weight or bias; or FASTLN_STREAM_MIB MiB for all
- * when that was set at start-up). A value set applies at every thread count and row length.
+ * 8 MiB or more for rows of 16 KiB or more with weight or bias that take the column bands (below);
+ * or FASTLN_STREAM_MIB MiB for all when that was set at start-up). A value set applies at every
+ * thread count and row length.
  * Returns FASTLN_OK. fastln_get_stream_bytes(0) gives the float32/float64 size of a call on one
  * thread in rows shorter than 16 KiB, fastln_get_stream_bytes(1) the 16-bit one. */
 int fastln_set_stream_bytes(int64_t native_bytes, int64_t half_bytes);

@@ -1040,7 +1040,11 @@ inline bool StreamY(const AddNormArgs<typename St::E, typename St::T> &a, int64_
   // x, residual and h make its footprint twice as large: with it, 2 threads, plain stores won at
   // 1024x1024 (184.4 against 266.7 us) and lost at 2048x768 (345.4 against 315.0).
   const bool split = r1 - r0 < rows && !a.res;
-  const bool long_rows = row_bytes >= kStreamLongRowBytes && (a.weight || a.bias);
+  // The long-row rule is there for rows that plain stores send to the column bands: with the
+  // bands set off (fastln_set_band_bytes) or starting later, such rows take the general loop
+  // either way, streamed or not, and keep the size for other rows.
+  const bool long_rows = row_bytes >= Max(kStreamLongRowBytes, BandRowBytes(St::kNative)) &&
+                         (a.weight || a.bias);
   return rows * row_bytes >= StreamBytes(St::kNative, split, long_rows) &&
          (row_bytes >= kStreamRowBytes || (ShortRow<St>(a.cols) && WholeLines<St>(a))) &&
          reinterpret_cast<uintptr_t>(a.y) % sizeof(typename St::E) == 0;
