@@ -709,7 +709,8 @@ void LayerNormRowsBanded(const AddNormArgs<typename St::E, typename St::T> &a, i
 }
 
 // ---------------------------------------------------------------------------------------------
-// Short rows: whole vectors only, at most kShortVecs of them (float32 with AVX2: 8 to 128 values).
+// Short rows: from one vector to kShortVecs of them (float32 with AVX2: 8 to 128 values), the
+// last one possibly partial (see ShortRowsT's nfull).
 //
 // On such rows the cost is not arithmetic but a latency chain: a row's statistics end in two
 // reductions across lanes, a square root and a division, about 150 cycles (by the instructions'
@@ -754,10 +755,11 @@ inline bool WholeLines(const AddNormArgs<typename St::E, typename St::T> &a) {
          reinterpret_cast<uintptr_t>(a.y) % 64 == 0;
 }
 
+// With `tail`, also rows that end in a partial vector (see ShortRowsT).
 template <class St>
-inline bool ShortRow(int64_t n) {
+inline bool ShortRow(int64_t n, bool tail = false) {
   constexpr int64_t N = Simd<typename St::T>::N;
-  return n >= N && n % N == 0 && n <= kShortVecs * N;
+  return n >= N && (tail || n % N == 0) && n <= kShortVecs * N;
 }
 
 // A short row the pipeline's short form does not take, kept out of line, away from the hot loop.
@@ -784,7 +786,8 @@ __attribute__((noinline)) void ShortRowAside(const AddNormArgs<typename St::E, t
 // whose sum corrects both the mean and the variance (the corrected two-pass algorithm; Chan,
 // Golub, LeVeque).
 template <class St>
-inline void ShortSecondPass(const typename St::E *x, int64_t n, double inv_n, double *mean,
+inline void ShortSecondPass(const typename St::E *x, int64_t n, int64_t nfull,
+                            typename Simd<typename St::T>::V tail_mask, double inv_n, double *mean,
                             double *var) {
   using T = typename St::T;
   using S = Simd<T>;
@@ -794,17 +797,22 @@ inline void ShortSecondPass(const typename St::E *x, int64_t n, double inv_n, do
   const V vm = S::Set(m);
   V e0 = S::Zero(), e1 = S::Zero(), q0 = S::Zero(), q1 = S::Zero();
   int64_t i = 0;
-  for (; i + 2 * N <= n; i += 2 * N) {
+  for (; i + 2 * N <= nfull; i += 2 * N) {
     const V d0 = S::Sub(St::Load(x + i), vm), d1 = S::Sub(St::Load(x + i + N), vm);
     e0 = S::Add(e0, d0);
     e1 = S::Add(e1, d1);
     q0 = S::MulAdd(d0, d0, q0);
     q1 = S::MulAdd(d1, d1, q1);
   }
-  if (i < n) {
+  if (i < nfull) {
     const V d = S::Sub(St::Load(x + i), vm);
     e0 = S::Add(e0, d);
     q0 = S::MulAdd(d, d, q0);
+  }
+  if (nfull < n) {
+    const V d = S::Mul(S::Sub(St::Load(x + n - N), vm), tail_mask);
+    e1 = S::Add(e1, d);
+    q1 = S::MulAdd(d, d, q1);
   }
   const double es = double(S::ReduceSum(S::Add(e0, e1)));
   *mean = double(m) + es * inv_n;
@@ -814,11 +822,14 @@ inline void ShortSecondPass(const typename St::E *x, int64_t n, double inv_n, do
 // The short form of the normalize pass on one short row or, kTwo, two, which then share each load
 // of weight and bias. Two vectors a step: the compiler's own choice for this loop varied from
 // build to build, at up to 4 instructions a vector. Streamed rows are whole lines (WholeLines):
-// whole pairs, but for an odd native vector that is a line by itself (AVX-512 float).
+// whole pairs, but for an odd native vector that is a line by itself (AVX-512 float). A row
+// whose values end in a partial vector (nfull < n) ends with the vector that ends the row; it is
+// computed before the row's other stores (in place they replace the values it reads) and stored
+// after them, over lanes they wrote with the same values (same inputs, same lane arithmetic).
 template <class St, bool kW, bool kB, bool kStream, bool kTwo>
 FASTLN_INLINE void ShortNormalize(const typename St::E *x0, typename St::E *y0,
                                   const typename St::E *x1, typename St::E *y1, int64_t n,
-                                  const typename St::T *w, const typename St::T *b,
+                                  int64_t nfull, const typename St::T *w, const typename St::T *b,
                                   typename Simd<typename St::T>::V vr0,
                                   typename Simd<typename St::T>::V vc0,
                                   typename Simd<typename St::T>::V vr1,
@@ -841,8 +852,15 @@ FASTLN_INLINE void ShortNormalize(const typename St::E *x0, typename St::E *y0,
       St::StoreY(y + i, u);
     }
   };
+  const int64_t tb = n - N;
+  V t0 = S::Zero(), t1 = S::Zero();
+  if (nfull < n) {
+    const V wt = kW ? S::Load(w + tb) : S::Zero(), bt = kB ? S::Load(b + tb) : S::Zero();
+    t0 = AffineV<kW, kB, S>(S::MulAdd(St::Load(x0 + tb), vr0, vc0), wt, bt);
+    if (kTwo) t1 = AffineV<kW, kB, S>(S::MulAdd(St::Load(x1 + tb), vr1, vc1), wt, bt);
+  }
   int64_t i = 0;
-  for (; i + 2 * N <= n; i += 2 * N) {
+  for (; i + 2 * N <= nfull; i += 2 * N) {
     const V w0 = kW ? S::Load(w + i) : S::Zero(), w1 = kW ? S::Load(w + i + N) : S::Zero();
     const V b0 = kB ? S::Load(b + i) : S::Zero(), b1 = kB ? S::Load(b + i + N) : S::Zero();
     put(y0, i, AffineV<kW, kB, S>(S::MulAdd(St::Load(x0 + i), vr0, vc0), w0, b0),
@@ -852,14 +870,18 @@ FASTLN_INLINE void ShortNormalize(const typename St::E *x0, typename St::E *y0,
           AffineV<kW, kB, S>(S::MulAdd(St::Load(x1 + i + N), vr1, vc1), w1, b1));
     }
   }
-  if (i < n) {
+  if (i < nfull) {
     const V w0 = kW ? S::Load(w + i) : S::Zero(), b0 = kB ? S::Load(b + i) : S::Zero();
     one(y0, i, AffineV<kW, kB, S>(S::MulAdd(St::Load(x0 + i), vr0, vc0), w0, b0));
     if (kTwo) one(y1, i, AffineV<kW, kB, S>(S::MulAdd(St::Load(x1 + i), vr1, vc1), w0, b0));
   }
+  if (nfull < n) {  // never streamed: such rows are not whole lines
+    St::StoreY(y0 + tb, t0);
+    if (kTwo) St::StoreY(y1 + tb, t1);
+  }
 }
 
-template <class St, bool kRes, bool kW, bool kB, bool kStream>
+template <class St, bool kRes, bool kW, bool kB, bool kStream, bool kTail>
 void ShortRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0, int64_t r1) {
   using T = typename St::T;
   using E = typename St::E;
@@ -872,6 +894,36 @@ void ShortRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0
   const double inv_n = 1.0 / double(n);
   const E *xs = First::Later(a);
   const int64_t lds = First::LaterLd(a);
+  // kTail, rows whose values end in a partial vector: their whole vectors [0, nfull), then the
+  // vector that ends the row, [n - N, n), whose lanes below nfull duplicate values already read
+  // and are zeroed for the statistics (tail_of). A template parameter, not a test of n: rows of
+  // whole vectors ran 4-8% slower with the tail's code in their loop (C loop over the kernel,
+  // float32 2048x64, 8192x64 and 512x64, three runs).
+  const int64_t nfull = kTail ? n / N * N : n;
+  V tail_mask = S::Zero();
+  if (kTail) {
+    T m[N];
+    for (int k = 0; k < N; ++k) m[k] = T(k >= nfull + N - n ? 1 : 0);
+    tail_mask = S::Load(m);
+  }
+  // The last vector of a row's first read, [n - N, n) with the lanes below nfull zeroed: times
+  // tail_mask (0 on those lanes, 1 on the rest), exact for finite values (a row with NaN or Inf, or
+  // whose squares overflow, goes aside whatever the mask makes of it). With the residual add, whose
+  // first read writes h (which may be x or the residual), the values from nfull on are read one at
+  // a time into a zeroed vector instead, so that no value is added and written twice. The two give
+  // the same means and variances, so the fused add is bit for bit the unfused one: the vectors
+  // differ only in the sign of zeroed lanes, which changes a sum only when it is zero, and a zero
+  // sum becomes a mean of +0 either way.
+  auto tail_of = [&](const typename First::Src &src) __attribute__((always_inline)) {
+    if constexpr (kRes) {
+      T t[N];
+      for (int k = 0; k < N; ++k) t[k] = T(0);
+      for (int64_t i = nfull; i < n; ++i) t[i - (n - N)] = src.At(i);
+      return S::Load(t);
+    } else {
+      return S::Mul(src.Load(n - N), tail_mask);
+    }
+  };
   // In locals: a vector store may alias anything (GCC's vector types are may_alias), so members
   // of `a` read after one are loaded again, every vector.
   const T *const w = a.weight, *const b = a.bias;
@@ -904,21 +956,23 @@ void ShortRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0
       E *y = ys + r * ldy;
       if (fast4 == (two ? 3 : 1)) {
         if (two) {
-          ShortNormalize<St, kW, kB, kStream, true>(x, y, x + lds, y + ldy, n, w, b, vr0, vc0, vr1,
-                                                    vc1);
+          ShortNormalize<St, kW, kB, kStream, true>(x, y, x + lds, y + ldy, n, nfull, w, b, vr0,
+                                                    vc0, vr1, vc1);
         } else {
-          ShortNormalize<St, kW, kB, kStream, false>(x, y, x, y, n, w, b, vr0, vc0, vr0, vc0);
+          ShortNormalize<St, kW, kB, kStream, false>(x, y, x, y, n, nfull, w, b, vr0, vc0, vr0,
+                                                     vc0);
         }
       } else {
         if (fast4 & 1) {
-          ShortNormalize<St, kW, kB, kStream, false>(x, y, x, y, n, w, b, vr0, vc0, vr0, vc0);
+          ShortNormalize<St, kW, kB, kStream, false>(x, y, x, y, n, nfull, w, b, vr0, vc0, vr0,
+                                                     vc0);
         } else {
           ShortRowAside<St, kW, kB, kStream>(g, r, eps, mean4[0], var4[0]);
         }
         if (two) {
           if (fast4 & 2) {
-            ShortNormalize<St, kW, kB, kStream, false>(x + lds, y + ldy, x, y, n, w, b, vr1, vc1,
-                                                       vr1, vc1);
+            ShortNormalize<St, kW, kB, kStream, false>(x + lds, y + ldy, x, y, n, nfull, w, b,
+                                                       vr1, vc1, vr1, vc1);
           } else {
             ShortRowAside<St, kW, kB, kStream>(g, r + 1, eps, mean4[1], var4[1]);
           }
@@ -960,7 +1014,7 @@ void ShortRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0
         for (int k = 0; k < 2 && r + k < r1; ++k) {
           double m = mean3[k], v = var3[k];
           if (!near[k] && IsFinite(m) && IsFinite(v)) {
-            ShortSecondPass<St>(xs + (r + k) * lds, n, inv_n, &m, &v);
+            ShortSecondPass<St>(xs + (r + k) * lds, n, nfull, tail_mask, inv_n, &m, &v);
             mean3[k] = m;
             var3[k] = v;
           }
@@ -978,16 +1032,28 @@ void ShortRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0
         const typename First::Src s1 = First::Row(a, r + 1);
         sb = s1.Load(0);
         qb = S::Mul(sb, sb);
-        for (int64_t i = N; i < n; i += N) {
+        for (int64_t i = N; i < nfull; i += N) {
           const V v0 = s0.Load(i), v1 = s1.Load(i);
           sa = S::Add(sa, v0);
           sb = S::Add(sb, v1);
           qa = S::MulAdd(v0, v0, qa);
           qb = S::MulAdd(v1, v1, qb);
         }
+        if (kTail && nfull < n) {
+          const V v0 = tail_of(s0), v1 = tail_of(s1);
+          sa = S::Add(sa, v0);
+          sb = S::Add(sb, v1);
+          qa = S::MulAdd(v0, v0, qa);
+          qb = S::MulAdd(v1, v1, qb);
+        }
       } else {
-        for (int64_t i = N; i < n; i += N) {
+        for (int64_t i = N; i < nfull; i += N) {
           const V v0 = s0.Load(i);
+          sa = S::Add(sa, v0);
+          qa = S::MulAdd(v0, v0, qa);
+        }
+        if (kTail && nfull < n) {
+          const V v0 = tail_of(s0);
           sa = S::Add(sa, v0);
           qa = S::MulAdd(v0, v0, qa);
         }
@@ -998,18 +1064,20 @@ void ShortRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0
   if (kStream) S::StreamFence();
 }
 
-template <class St, bool kRes, bool kStream>
+template <class St, bool kRes, bool kStream, bool kTail = false>
 void ShortRowsW(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0, int64_t r1) {
-  if (a.weight && a.bias) return ShortRowsT<St, kRes, true, true, kStream>(a, r0, r1);
-  if (a.weight) return ShortRowsT<St, kRes, true, false, kStream>(a, r0, r1);
-  if (a.bias) return ShortRowsT<St, kRes, false, true, kStream>(a, r0, r1);
-  return ShortRowsT<St, kRes, false, false, kStream>(a, r0, r1);
+  if (a.weight && a.bias) return ShortRowsT<St, kRes, true, true, kStream, kTail>(a, r0, r1);
+  if (a.weight) return ShortRowsT<St, kRes, true, false, kStream, kTail>(a, r0, r1);
+  if (a.bias) return ShortRowsT<St, kRes, false, true, kStream, kTail>(a, r0, r1);
+  return ShortRowsT<St, kRes, false, false, kStream, kTail>(a, r0, r1);
 }
 
 template <class St, bool kRes, bool kStream>
 void LayerNormRowsS(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0,
                     int64_t r1) {
-  if (ShortRow<St>(a.cols)) {
+  if (ShortRow<St>(a.cols, true)) {
+    // Rows that end in a partial vector are not whole lines, and never stream.
+    if (a.cols % Simd<typename St::T>::N != 0) return ShortRowsW<St, kRes, false, true>(a, r0, r1);
     // Short rows stream only when every row is whole lines (ShortRowsT's stores do not split
     // lines); their arithmetic is the same either way, so y does not depend on where it lies.
     if (kStream && !WholeLines<St>(a)) return ShortRowsW<St, kRes, false>(a, r0, r1);
