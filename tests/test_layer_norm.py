@@ -364,7 +364,9 @@ def test_constant_row_with_eps_zero(isa):
 
 # ---- short rows: a pipeline over rows, and the general path for the rows it does not take --------
 
-SHORT_COLS = [4, 8, 12, 16, 32, 48, 64, 128, 256, 264]
+# 9, 12, 50 and 101 end in a partial vector (AVX2: 9, 12, 50, 101 float32 and 9, 50 float64 take
+# the short-row pipeline's tail form; scalar, every length is whole vectors).
+SHORT_COLS = [4, 8, 9, 12, 16, 32, 48, 50, 64, 101, 128, 256, 264]
 
 
 def _mixed_rows(rng, rows, cols, dtype):
@@ -453,7 +455,7 @@ def _check_mixed_rows(rng, x, special, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("cols", [8, 64, 128])
+@pytest.mark.parametrize("cols", [8, 9, 50, 64, 128])  # 9 and 50: the tail form (AVX2)
 @pytest.mark.parametrize("target", ["x", "residual", None])
 def test_short_rows_residual_mixed_rows(isa, rng, dtype, cols, target):
     x, special = _mixed_rows(rng, 23, cols, dtype)
@@ -479,12 +481,12 @@ def test_short_rows_residual_mixed_rows(isa, rng, dtype, cols, target):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_short_rows_do_not_depend_on_threads_or_where_out_lies(isa, streaming, rng, dtype):
-    # Outputs large enough to stream y (2 MiB or more, with `streaming`), with y
-    # aligned to a cache line or not: short rows (up to 1024 bytes with AVX-512) must come out the
-    # same bit for bit, streamed or not, at any thread count, in any number of rows, rows near and
-    # far from zero alike.
+    # Outputs large enough to stream y (2 MiB or more, with `streaming`), with y aligned to a cache
+    # line or not: short rows (up to 1024 bytes with AVX-512; 101 float32 and 51 float64 values end
+    # in a partial vector) must come out the same bit for bit, streamed or not, at any thread count,
+    # in any number of rows, rows near and far from zero alike.
     item = np.dtype(dtype).itemsize
-    for cols in (256 // item, 512 // item, 1024 // item):
+    for cols in (256 // item, 400 // item + 1, 512 // item, 1024 // item):
         rows = (5 << 20) // (cols * item)
         x = _data(rng, (rows, cols), dtype, c=0.5, s=2.0)
         x[::7] += 1e3
