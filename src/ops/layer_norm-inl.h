@@ -747,6 +747,52 @@ void LayerNormRowsBanded(const AddNormArgs<typename St::E, typename St::T> &a, i
 constexpr int64_t kShortVecs = 16;
 constexpr double kMaxDouble = 1.7976931348623157e308;
 
+// From how large a y (the whole call's), and from what row length, the short pipeline asks for
+// the lines it will need ahead of the hardware: x kShortAheadDistance (at least two pairs of rows)
+// ahead of its first read, and, unless y streams, y (for writing) two pairs closer to it, which for
+// rows of 512 bytes is three pairs before their stores. Without the residual add only; with it the
+// first read has three arrays of its own. The arithmetic is the same either way. Measured on the
+// AMD EPYC (Zen 3, 32 MiB L3) guest, 2026-12-03, C loop over the kernel, out=, weight and bias,
+// x, y, weight and bias 16 bytes past a line, both builds in one process, best of 9 rounds, two
+// runs, us, without and with:
+// - from 16 MiB of y, where x and y no longer fit in L3 together: float64 32768x64 2304 -> 1414
+//   and 2254 -> 1384, float32 32768x128 2524 -> 1635 and 2309 -> 1386, 65536x64 1564 -> 1295 and
+//   1554 -> 1393, 41943x100 1541 -> 1162 and 1625 -> 1184, float64 65536x32 1428 -> 1247 and
+//   1536 -> 1270. On 2 threads float64 32768x64 1166 -> 699, float32 32768x128 1272 -> 755. With
+//   y on a line boundary, streamed (x only): float64 32768x64 1745 -> 953 and 1757 -> 940,
+//   float32 32768x128 2470 -> 1423 and 2366 -> 1328. float16 (its own C loop) 65536x128
+//   2056 -> 1812 and 2775 -> 2231, 131072x128 4987 -> 3972 and 4992 -> 4520; bfloat16
+//   131072x128 5777 -> 5481 and 5911 -> 5210.
+// - rows of 128 bytes lost even there (float32 131072x32 1387 -> 1731, 1453 -> 1743), and so did
+//   most shapes of 8 MiB (float32 32768x64 517 -> 640 and 472 -> 636, 20972x100 411 -> 533 and
+//   435 -> 549, 65536x32 580 -> 857; float64 32768x32 423 -> 583, 20972x50 458 -> 551), where
+//   the hardware's own prefetchers keep up with L3 (inferred; not counted). Rows of 512 bytes
+//   gained at 8 MiB (float32 16384x128 811 -> 534, float64 16384x64 527 -> 504) but are left out
+//   with the rest.
+// - kShortAheadDistance: 1 KiB ahead lost to 2 KiB at float32 65536x64 (1469 against 1295, 1557
+//   against 1393); 4 KiB and y one pair nearer or farther within noise of it.
+// - A test of a run-time flag in the loop instead of a template parameter made float64 rows of
+//   64 values 5-6% slower at sizes that never ask (2048x64 to 8192x64).
+// Not measured on Intel CPUs, whose caches differ.
+constexpr int64_t kShortAheadBytes = int64_t(16) << 20;
+constexpr int64_t kShortAheadRowBytes = 256;
+constexpr int64_t kShortAheadDistance = 2048;
+
+// The cache lines of `rows` rows of `bytes` bytes, ld values apart, for reading or writing.
+template <class E>
+FASTLN_INLINE void PrefetchRows(const E *p, int64_t ld, int64_t rows, int64_t bytes, bool write) {
+  for (int64_t k = 0; k < rows; ++k) {
+    const char *q = reinterpret_cast<const char *>(p + k * ld);
+    for (int64_t o = 0; o < bytes; o += 64) {
+      if (write) {
+        __builtin_prefetch(q + o, 1);
+      } else {
+        __builtin_prefetch(q + o, 0);
+      }
+    }
+  }
+}
+
 // Whether every row of y is whole cache lines.
 template <class St>
 inline bool WholeLines(const AddNormArgs<typename St::E, typename St::T> &a) {
@@ -881,7 +927,7 @@ FASTLN_INLINE void ShortNormalize(const typename St::E *x0, typename St::E *y0,
   }
 }
 
-template <class St, bool kRes, bool kW, bool kB, bool kStream, bool kTail>
+template <class St, bool kRes, bool kW, bool kB, bool kStream, bool kTail, bool kAhead>
 void ShortRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0, int64_t r1) {
   using T = typename St::T;
   using E = typename St::E;
@@ -940,6 +986,9 @@ void ShortRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0
   // arithmetic is the same as in a pair (every lane operation is the row's own), so no row's
   // result depends on how the rows were split between threads.
   const int64_t pairs = (r1 - r0 + 1) / 2;
+  const int64_t row_bytes = n * int64_t(sizeof(E));
+  // kAhead: how many pairs ahead of its first read x is asked for (see kShortAheadBytes).
+  const int64_t ahead = Max(2, (kShortAheadDistance + 2 * row_bytes - 1) / (2 * row_bytes));
   V sa = S::Zero(), qa = S::Zero(), sb = S::Zero(), qb = S::Zero();  // stage 1: pair p + 2's sums
   D2 mean3 = {0.0, 0.0}, var3 = {0.0, 0.0};  // stage 2: pair p + 1's mean and variance
   D2 mean4 = {0.0, 0.0}, var4 = {0.0, 0.0}, rstd4 = {0.0, 0.0};  // stage 3: pair p's,
@@ -1025,6 +1074,13 @@ void ShortRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0
     // h = x + res is written here). One vector of each row a step, four chains.
     if (p + 3 < pairs) {
       const int64_t r = r0 + 2 * (p + 3);
+      if (kAhead) {
+        const int64_t rx = r + 2 * ahead, ry = rx - 4;
+        if (rx < r1) PrefetchRows(xs + rx * lds, lds, Min(2, r1 - rx), row_bytes, false);
+        if constexpr (!kStream) {
+          if (ry < r1) PrefetchRows(ys + ry * ldy, ldy, Min(2, r1 - ry), row_bytes, true);
+        }
+      }
       const typename First::Src s0 = First::Row(a, r);
       sa = s0.Load(0);
       qa = S::Mul(sa, sa);
@@ -1064,12 +1120,28 @@ void ShortRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0
   if (kStream) S::StreamFence();
 }
 
-template <class St, bool kRes, bool kStream, bool kTail = false>
+template <class St, bool kRes, bool kStream, bool kTail, bool kAhead = false>
 void ShortRowsW(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0, int64_t r1) {
-  if (a.weight && a.bias) return ShortRowsT<St, kRes, true, true, kStream, kTail>(a, r0, r1);
-  if (a.weight) return ShortRowsT<St, kRes, true, false, kStream, kTail>(a, r0, r1);
-  if (a.bias) return ShortRowsT<St, kRes, false, true, kStream, kTail>(a, r0, r1);
-  return ShortRowsT<St, kRes, false, false, kStream, kTail>(a, r0, r1);
+  if (a.weight && a.bias) {
+    return ShortRowsT<St, kRes, true, true, kStream, kTail, kAhead>(a, r0, r1);
+  }
+  if (a.weight) return ShortRowsT<St, kRes, true, false, kStream, kTail, kAhead>(a, r0, r1);
+  if (a.bias) return ShortRowsT<St, kRes, false, true, kStream, kTail, kAhead>(a, r0, r1);
+  return ShortRowsT<St, kRes, false, false, kStream, kTail, kAhead>(a, r0, r1);
+}
+
+// Short rows: with kShortAheadBytes of y or more, in the form that asks for lines ahead (its
+// arithmetic is the same).
+template <class St, bool kRes, bool kStream, bool kTail>
+void ShortRowsA(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0, int64_t r1) {
+  if constexpr (!kRes) {
+    const int64_t rows = a.call_rows > 0 ? a.call_rows : r1 - r0;
+    const int64_t row_bytes = a.cols * int64_t(sizeof(typename St::E));
+    if (row_bytes >= kShortAheadRowBytes && rows * row_bytes >= kShortAheadBytes) {
+      return ShortRowsW<St, kRes, kStream, kTail, true>(a, r0, r1);
+    }
+  }
+  return ShortRowsW<St, kRes, kStream, kTail>(a, r0, r1);
 }
 
 template <class St, bool kRes, bool kStream>
@@ -1077,11 +1149,11 @@ void LayerNormRowsS(const AddNormArgs<typename St::E, typename St::T> &a, int64_
                     int64_t r1) {
   if (ShortRow<St>(a.cols, true)) {
     // Rows that end in a partial vector are not whole lines, and never stream.
-    if (a.cols % Simd<typename St::T>::N != 0) return ShortRowsW<St, kRes, false, true>(a, r0, r1);
+    if (a.cols % Simd<typename St::T>::N != 0) return ShortRowsA<St, kRes, false, true>(a, r0, r1);
     // Short rows stream only when every row is whole lines (ShortRowsT's stores do not split
     // lines); their arithmetic is the same either way, so y does not depend on where it lies.
-    if (kStream && !WholeLines<St>(a)) return ShortRowsW<St, kRes, false>(a, r0, r1);
-    return ShortRowsW<St, kRes, kStream>(a, r0, r1);
+    if (kStream && !WholeLines<St>(a)) return ShortRowsA<St, kRes, false, false>(a, r0, r1);
+    return ShortRowsA<St, kRes, kStream, false>(a, r0, r1);
   }
   if (!kStream && r1 - r0 > 1 && (a.weight || a.bias) &&
       a.cols * int64_t(sizeof(typename St::E)) >= BandRowBytes(St::kNative)) {
