@@ -70,6 +70,38 @@ def test_row_pipeline_mixed_rows(isa, rng, dtype, rows, cols):
     assert np.isnan(y[~ok]).all()
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("cols", [50, 64, 100])
+@pytest.mark.parametrize("shift", [0, 2])
+def test_short_rows_asking_ahead(isa, streaming, rng, dtype, cols, shift):
+    # Short rows of 256 bytes or more with 16 MiB of y or more take a form of the row pipeline
+    # that asks for x and y ahead of the hardware (kShortAheadBytes), streamed when every row of y
+    # is whole lines: the same values as the rows alone, through every kind of row, in and out of
+    # place.
+    itemsize = np.dtype(dtype).itemsize
+    rows = (16 << 20) // (cols * itemsize) + 5
+    kinds = [(0.0, 1.0), (1e4, 1.0), (3.0, 0.0), (np.nan, 1.0), (-2.0, 3.0), (0.5, 1e-30)]
+    x = (0.5 + rng.standard_normal((rows, cols))).astype(dtype)
+    picks = [0, 1, 2, 3, 4, 5, 6, 7, rows // 2, rows // 2 + 1, rows - 2, rows - 1]
+    for k, r in enumerate(picks):
+        c, s = kinds[k % len(kinds)]
+        x[r] = c + s * rng.standard_normal(cols)
+    w = rng.standard_normal(cols).astype(dtype)
+    b = rng.standard_normal(cols).astype(dtype)
+    buf = np.empty(rows * cols + 64, dtype)
+    start = (-buf.ctypes.data % 64) // itemsize + shift
+    y = buf[start:start + rows * cols].reshape(rows, cols)
+    fastln.layer_norm(x, w, b, out=y)
+    for r in picks:
+        np.testing.assert_array_equal(y[r], fastln.layer_norm(x[r:r + 1], w, b)[0])
+    np.testing.assert_array_equal(fastln.layer_norm(x, w, b), y)
+    ok = ~np.isnan(x[::101]).any(axis=1)
+    np.testing.assert_allclose(y[::101][ok], ref.layer_norm(x[::101][ok], w, b), rtol=0,
+                               atol=TOL[dtype] * 10)
+    fastln.layer_norm(x, w, b, out=x)
+    np.testing.assert_array_equal(x, y)
+
+
 def _half_dtypes():
     # float16 always; bfloat16 where ml_dtypes is installed (its cases skip otherwise).
     return [np.float16, pytest.param("bfloat16", id="bfloat16")]
