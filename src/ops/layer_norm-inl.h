@@ -793,6 +793,13 @@ FASTLN_INLINE void PrefetchRows(const E *p, int64_t ld, int64_t rows, int64_t by
   }
 }
 
+// Rows of the whole call that rows [r0, r1) belong to (all threads'): what decides whether x and
+// y stay in the caches.
+template <class E, class T>
+inline int64_t CallRows(const AddNormArgs<E, T> &a, int64_t r0, int64_t r1) {
+  return a.call_rows > 0 ? a.call_rows : r1 - r0;
+}
+
 // Whether every row of y is whole cache lines.
 template <class St>
 inline bool WholeLines(const AddNormArgs<typename St::E, typename St::T> &a) {
@@ -1135,9 +1142,8 @@ void ShortRowsW(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0
 template <class St, bool kRes, bool kStream, bool kTail>
 void ShortRowsA(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0, int64_t r1) {
   if constexpr (!kRes) {
-    const int64_t rows = a.call_rows > 0 ? a.call_rows : r1 - r0;
     const int64_t row_bytes = a.cols * int64_t(sizeof(typename St::E));
-    if (row_bytes >= kShortAheadRowBytes && rows * row_bytes >= kShortAheadBytes) {
+    if (row_bytes >= kShortAheadRowBytes && CallRows(a, r0, r1) * row_bytes >= kShortAheadBytes) {
       return ShortRowsW<St, kRes, kStream, kTail, true>(a, r0, r1);
     }
   }
@@ -1175,7 +1181,7 @@ template <class St>
 inline bool StreamY(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0,
                     int64_t r1) {
   const int64_t row_bytes = a.cols * int64_t(sizeof(typename St::E));
-  const int64_t rows = a.call_rows > 0 ? a.call_rows : r1 - r0;
+  const int64_t rows = CallRows(a, r0, r1);
   // The threshold for calls split across threads was measured without the residual add, whose
   // x, residual and h make its footprint twice as large: with it, 2 threads, plain stores won at
   // 1024x1024 (184.4 against 266.7 us) and lost at 2048x768 (345.4 against 315.0).
