@@ -102,9 +102,9 @@ int main(int argc, char **argv) {
     }
   printf("%ldx%ld, best of %d rounds, us per call: the normalize pass alone (no statistics)\n",
          (long)rows, (long)d, rounds);
-  printf("  float32, AVX2+FMA:          %8.2f\n", best[0]);
-  printf("  float16, AVX2+FMA+F16C:     %8.2f\n", best[1]);
-  if (has512) printf("  float16, AVX-512F:          %8.2f\n", best[2]);
+  printf("  float32, AVX2+FMA:          %9.4f\n", best[0]);
+  printf("  float16, AVX2+FMA+F16C:     %9.4f\n", best[1]);
+  if (has512) printf("  float16, AVX-512F:          %9.4f\n", best[2]);
   free(x), free(y), free(w), free(b), free(xh), free(yh);
   return 0;
 }
