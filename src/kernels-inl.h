@@ -100,11 +100,11 @@ inline bool PrefetchRow(int64_t n) {
   return n * int64_t(sizeof(E)) >= kPrefetchRowBytes;
 }
 
-// The lines of the n values from p + kPrefetchBytes.
+// The lines of the n values from p + ahead bytes.
 template <class P>
-inline void PrefetchAhead(const P *p, int64_t n) {
+inline void PrefetchAhead(const P *p, int64_t n, int64_t ahead = kPrefetchBytes) {
   // Integer arithmetic: the address may lie past the end of the array.
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p) + uintptr_t(kPrefetchBytes);
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p) + uintptr_t(ahead);
   for (int64_t o = 0; o < n * int64_t(sizeof(P)); o += 64) {
     __builtin_prefetch(reinterpret_cast<const void *>(a + uintptr_t(o)));
   }
@@ -235,9 +235,10 @@ struct RowOf {
   using E = typename St::E;
   using V = typename St::S::V;
   const E *x;
+  int64_t ahead = kPrefetchBytes;  // how far ahead Prefetch asks (see kFarAheadBytes)
   V Load(int64_t i) const { return St::Load(x + i); }
   T At(int64_t i) const { return St::ToT(x[i]); }
-  void Prefetch(int64_t i, int64_t n) const { PrefetchAhead(x + i, n); }
+  void Prefetch(int64_t i, int64_t n) const { PrefetchAhead(x + i, n, ahead); }
 };
 
 template <class St>

@@ -403,13 +403,44 @@ constexpr int64_t kStreamRowBytes = 1024;
 // (StreamPolicy::native_long in dispatch.cpp).
 constexpr int64_t kStreamLongRowBytes = 16384;
 
+// Rows of the whole call that rows [r0, r1) belong to (all threads'): what decides whether x and
+// y stay in the caches.
+template <class E, class T>
+inline int64_t CallRows(const AddNormArgs<E, T> &a, int64_t r0, int64_t r1) {
+  return a.call_rows > 0 ? a.call_rows : r1 - r0;
+}
+
+// From how large an x (the whole call's) the statistics pass of rows that prefetch (PrefetchRow)
+// asks for x kFarAheadDistance ahead instead of kPrefetchBytes: x then comes from memory, not
+// from L2 or L3, and 1 KiB ahead is too few lines in flight to cover its latency (inferred; this
+// guest has no counters). Without the residual add only (not measured with it). Measured on an
+// AMD EPYC (Zen 5, 1 MiB L2, 32 MiB L3) guest, 2026-12-03, through Python, float32, out=, weight
+// and bias, 1 thread, one build with the distance read from the environment, processes
+// alternating, each against np.multiply's floor in the same process, best of 7 rounds, two runs,
+// time / floor at 1 KiB, 4 KiB and 8 KiB ahead (every prefetch of the kernel):
+// - 24 MiB and more: 8192x768 1.55-1.63, 1.05-1.08, 0.86-0.93; 8192x1024 1.22-1.32, 0.85-1.02,
+//   0.87-0.90; 32768x1024 1.01-1.08, 0.85-0.86, 0.68-0.69; 2048x4096 2.11-2.18, 1.28-1.39,
+//   1.38-1.53.
+// - 8 MiB, where x still fits in L3, 8 KiB lost: 512x4096 1.81-1.88, 1.77-1.88, 2.27-2.33;
+//   1024x2048 1.59-1.71, 1.61-1.75, 2.18-2.25. 6 MiB (2048x768) within noise.
+// Not measured on Intel CPUs or on Zen 3.
+constexpr int64_t kFarAheadBytes = int64_t(16) << 20;
+constexpr int64_t kFarAheadDistance = 8192;
+
 // The first read of row r: the stored row x, or with kRes the residual add that also writes h.
 // Every later pass reads the rows where Later and LaterLd say: x, or h.
 template <class St, bool kRes>
 struct FirstRead {
   using Src = RowOf<St>;
   using Args = AddNormArgs<typename St::E, typename St::T>;
-  static Src Row(const Args &a, int64_t r) { return Src{a.x + r * a.ldx}; }
+  static Src Row(const Args &a, int64_t r, int64_t ahead = kPrefetchBytes) {
+    return Src{a.x + r * a.ldx, ahead};
+  }
+  // How far ahead rows [r0, r1) of this call prefetch x (see kFarAheadBytes).
+  static int64_t Ahead(const Args &a, int64_t r0, int64_t r1) {
+    const int64_t bytes = CallRows(a, r0, r1) * a.cols * int64_t(sizeof(typename St::E));
+    return bytes >= kFarAheadBytes ? kFarAheadDistance : kPrefetchBytes;
+  }
   static const typename St::E *Later(const Args &a) { return a.x; }
   static int64_t LaterLd(const Args &a) { return a.ldx; }
 };
@@ -418,9 +449,10 @@ template <class St>
 struct FirstRead<St, true> {
   using Src = SumOf<St>;
   using Args = AddNormArgs<typename St::E, typename St::T>;
-  static Src Row(const Args &a, int64_t r) {
+  static Src Row(const Args &a, int64_t r, int64_t = kPrefetchBytes) {
     return Src{a.x + r * a.ldx, a.res + r * a.ldr, a.h + r * a.ldh};
   }
+  static int64_t Ahead(const Args &, int64_t, int64_t) { return kPrefetchBytes; }
   static const typename St::E *Later(const Args &a) { return a.h; }
   static int64_t LaterLd(const Args &a) { return a.ldh; }
 };
@@ -511,15 +543,16 @@ void LayerNormRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_
   const int64_t lds = First::LaterLd(a);
   if (r0 >= r1) return;
   const int lag = LagOf<St>(n);
+  const int64_t dist = First::Ahead(a, r0, r1);
   Moments ahead[kMaxLag];  // statistics of rows r .. r + lag - 1
   for (int64_t k = 0; k < lag && r0 + k < r1; ++k) {
-    ahead[k] = RowMoments<false>(First::Row(a, r0 + k), n, T(0), NoJob{});
+    ahead[k] = RowMoments<false>(First::Row(a, r0 + k, dist), n, T(0), NoJob{});
   }
   for (int64_t r = r0; r < r1; ++r) {
     const E *x = xs + r * lds;
     E *y = a.y + r * a.ldy;
     const bool has_next = r + lag < r1;
-    const typename First::Src next_src = First::Row(a, has_next ? r + lag : r);
+    const typename First::Src next_src = First::Row(a, has_next ? r + lag : r, dist);
     const typename First::Src *next = has_next ? &next_src : nullptr;
     const Moments mo = ahead[0];
     double var = mo.m2 * inv_n;
@@ -659,6 +692,7 @@ void LayerNormRowsBanded(const AddNormArgs<typename St::E, typename St::T> &a, i
   const double eps = a.eps, inv_n = 1.0 / double(n);
   const E *xs = FirstRead<St, kRes>::Later(a);
   const int64_t lds = FirstRead<St, kRes>::LaterLd(a);
+  const int64_t dist = FirstRead<St, kRes>::Ahead(a, r0, r1);
   // Per row of the group: 0 done (the exact path), 1 short form, 2 split form.
   int kind[kBandRows];
   T hi[kBandRows], c[kBandRows], rs[kBandRows];
@@ -667,7 +701,7 @@ void LayerNormRowsBanded(const AddNormArgs<typename St::E, typename St::T> &a, i
     for (int k = 0; k < rows; ++k) {
       const int64_t r = g0 + k;
       const E *x = xs + r * lds;
-      const Moments mo = RowMoments<false>(FirstRead<St, kRes>::Row(a, r), n, T(0), NoJob{});
+      const Moments mo = RowMoments<false>(FirstRead<St, kRes>::Row(a, r, dist), n, T(0), NoJob{});
       double var = mo.m2 * inv_n;
       double mean = mo.mean;
       SumAgain<St>(x, n, inv_n, &mean, &var);
@@ -791,13 +825,6 @@ FASTLN_INLINE void PrefetchRows(const E *p, int64_t ld, int64_t rows, int64_t by
       }
     }
   }
-}
-
-// Rows of the whole call that rows [r0, r1) belong to (all threads'): what decides whether x and
-// y stay in the caches.
-template <class E, class T>
-inline int64_t CallRows(const AddNormArgs<E, T> &a, int64_t r0, int64_t r1) {
-  return a.call_rows > 0 ? a.call_rows : r1 - r0;
 }
 
 // Whether every row of y is whole cache lines.
