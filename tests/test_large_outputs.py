@@ -102,6 +102,40 @@ def test_short_rows_asking_ahead(isa, streaming, rng, dtype, cols, shift):
     np.testing.assert_array_equal(x, y)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("cols", [768, 1031, 4097])
+@pytest.mark.parametrize("stream_mib", [2, 1 << 20])
+def test_long_rows_asking_far_ahead(isa, rng, dtype, cols, stream_mib):
+    # With 16 MiB of x or more, the statistics pass of rows of 2 KiB or more asks for x farther
+    # ahead (kFarAheadBytes): the same values as the rows alone (which ask 1 KiB ahead), through
+    # every kind of row, with streamed and plain stores of y (plain: the column bands for the
+    # rows of 16 KiB), in and out of place.
+    itemsize = np.dtype(dtype).itemsize
+    rows = (16 << 20) // (cols * itemsize) + 5
+    kinds = [(0.0, 1.0), (1e4, 1.0), (3.0, 0.0), (np.nan, 1.0), (-2.0, 3.0), (0.0, 1e-30)]
+    x = (0.5 + rng.standard_normal((rows, cols))).astype(dtype)
+    picks = [0, 1, 2, 3, 4, 5, 6, 7, rows // 2, rows // 2 + 1, rows - 2, rows - 1]
+    for k, r in enumerate(picks):
+        c, s = kinds[k % len(kinds)]
+        x[r] = c + s * rng.standard_normal(cols)
+    w = rng.standard_normal(cols).astype(dtype)
+    b = rng.standard_normal(cols).astype(dtype)
+    fastln.set_stream_bytes(stream_mib << 20, 32 << 20)
+    try:
+        y = np.empty_like(x)
+        fastln.layer_norm(x, w, b, out=y)
+        for r in picks:
+            np.testing.assert_array_equal(y[r], fastln.layer_norm(x[r:r + 1], w, b)[0])
+        np.testing.assert_array_equal(fastln.layer_norm(x, w, b), y)
+        ok = ~np.isnan(x[::53]).any(axis=1)
+        np.testing.assert_allclose(y[::53][ok], ref.layer_norm(x[::53][ok], w, b), rtol=0,
+                                   atol=TOL[dtype] * 10)
+        fastln.layer_norm(x, w, b, out=x)
+        np.testing.assert_array_equal(x, y)
+    finally:
+        fastln.set_stream_bytes(None, None)
+
+
 def _half_dtypes():
     # float16 always; bfloat16 where ml_dtypes is installed (its cases skip otherwise).
     return [np.float16, pytest.param("bfloat16", id="bfloat16")]
