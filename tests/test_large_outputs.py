@@ -70,14 +70,9 @@ def test_row_pipeline_mixed_rows(isa, rng, dtype, rows, cols):
     assert np.isnan(y[~ok]).all()
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("cols", [50, 64, 100])
-@pytest.mark.parametrize("shift", [0, 2])
-def test_short_rows_asking_ahead(isa, streaming, rng, dtype, cols, shift):
-    # Short rows of 256 bytes or more with 16 MiB of y or more take a form of the row pipeline
-    # that asks for x and y ahead of the hardware (kShortAheadBytes), streamed when every row of y
-    # is whole lines: the same values as the rows alone, through every kind of row, in and out of
-    # place.
+def _rows_of_every_kind(rng, dtype, cols):
+    """16 MiB of x and a few rows more, with rows at an offset, constant, NaN, scaled and of
+    order 1e-30 at both ends and in the middle (`picks`), and weight and bias."""
     itemsize = np.dtype(dtype).itemsize
     rows = (16 << 20) // (cols * itemsize) + 5
     kinds = [(0.0, 1.0), (1e4, 1.0), (3.0, 0.0), (np.nan, 1.0), (-2.0, 3.0), (0.0, 1e-30)]
@@ -88,6 +83,19 @@ def test_short_rows_asking_ahead(isa, streaming, rng, dtype, cols, shift):
         x[r] = c + s * rng.standard_normal(cols)
     w = rng.standard_normal(cols).astype(dtype)
     b = rng.standard_normal(cols).astype(dtype)
+    return x, picks, w, b
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("cols", [50, 64, 100])
+@pytest.mark.parametrize("shift", [0, 2])
+def test_short_rows_asking_ahead(isa, streaming, rng, dtype, cols, shift):
+    # Short rows of 256 bytes or more with 16 MiB of y or more take a form of the row pipeline
+    # that asks for x and y ahead of the hardware (kShortAheadBytes), streamed when every row of y
+    # is whole lines: the same values as the rows alone, through every kind of row, in and out of
+    # place.
+    x, picks, w, b = _rows_of_every_kind(rng, dtype, cols)
+    rows, itemsize = x.shape[0], x.itemsize
     buf = np.empty(rows * cols + 64, dtype)
     start = (-buf.ctypes.data % 64) // itemsize + shift
     y = buf[start:start + rows * cols].reshape(rows, cols)
@@ -110,16 +118,7 @@ def test_long_rows_asking_far_ahead(isa, rng, dtype, cols, stream_mib):
     # ahead (kFarAheadBytes): the same values as the rows alone (which ask 1 KiB ahead), through
     # every kind of row, with streamed and plain stores of y (plain: the column bands for the
     # rows of 16 KiB), in and out of place.
-    itemsize = np.dtype(dtype).itemsize
-    rows = (16 << 20) // (cols * itemsize) + 5
-    kinds = [(0.0, 1.0), (1e4, 1.0), (3.0, 0.0), (np.nan, 1.0), (-2.0, 3.0), (0.0, 1e-30)]
-    x = (0.5 + rng.standard_normal((rows, cols))).astype(dtype)
-    picks = [0, 1, 2, 3, 4, 5, 6, 7, rows // 2, rows // 2 + 1, rows - 2, rows - 1]
-    for k, r in enumerate(picks):
-        c, s = kinds[k % len(kinds)]
-        x[r] = c + s * rng.standard_normal(cols)
-    w = rng.standard_normal(cols).astype(dtype)
-    b = rng.standard_normal(cols).astype(dtype)
+    x, picks, w, b = _rows_of_every_kind(rng, dtype, cols)
     fastln.set_stream_bytes(stream_mib << 20, 32 << 20)
     try:
         y = np.empty_like(x)
