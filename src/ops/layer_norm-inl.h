@@ -783,12 +783,11 @@ constexpr double kMaxDouble = 1.7976931348623157e308;
 
 // From how large a y (the whole call's), and from what row length, the short pipeline asks for
 // the lines it will need ahead of the hardware: x kShortAheadDistance (at least two pairs of rows)
-// ahead of its first read, and, unless y streams, y (for writing) two pairs closer to it, which for
-// rows of 512 bytes is three pairs before their stores. Without the residual add only; with it the
-// first read has three arrays of its own. The arithmetic is the same either way. Measured on the
-// AMD EPYC (Zen 3, 32 MiB L3) guest, 2026-12-03, C loop over the kernel, out=, weight and bias,
-// x, y, weight and bias 16 bytes past a line, both builds in one process, best of 9 rounds, two
-// runs, us, without and with:
+// ahead of its first read, and, unless y streams, y (for writing) two pairs closer to it. Without
+// the residual add only; with it the first read has three arrays of its own. The arithmetic is the
+// same either way. Measured on the AMD EPYC (Zen 3, 32 MiB L3) guest, 2026-12-03, C loop over the
+// kernel, out=, weight and bias, x, y, weight and bias 16 bytes past a line, both builds in one
+// process, best of 9 rounds, two runs, us, without and with (then 2 KiB ahead):
 // - from 16 MiB of y, where x and y no longer fit in L3 together: float64 32768x64 2304 -> 1414
 //   and 2254 -> 1384, float32 32768x128 2524 -> 1635 and 2309 -> 1386, 65536x64 1564 -> 1295 and
 //   1554 -> 1393, 41943x100 1541 -> 1162 and 1625 -> 1184, float64 65536x32 1428 -> 1247 and
@@ -803,14 +802,22 @@ constexpr double kMaxDouble = 1.7976931348623157e308;
 //   the hardware's own prefetchers keep up with L3 (inferred; not counted). Rows of 512 bytes
 //   gained at 8 MiB (float32 16384x128 811 -> 534, float64 16384x64 527 -> 504) but are left out
 //   with the rest.
-// - kShortAheadDistance: 1 KiB ahead lost to 2 KiB at float32 65536x64 (1469 against 1295, 1557
-//   against 1393); 4 KiB and y one pair nearer or farther within noise of it.
+// - kShortAheadDistance: on the Zen 3 guest 1 KiB ahead lost to 2 KiB at float32 65536x64 (1469
+//   against 1295, 1557 against 1393); 4 KiB and y one pair nearer or farther were within noise of
+//   2 KiB there. On an AMD EPYC (Zen 5, 1 MiB L2, 32 MiB L3) guest (2026-12-03, through Python,
+//   one build with the distance read from the environment, processes alternating, each against
+//   np.multiply in the same process, best of 7 rounds, two runs, time / floor at 2 KiB and 8 KiB):
+//   float32 32768x128 1.84-1.94 -> 1.30-1.35, 65536x64 1.47-1.54 -> 1.24-1.48, 41943x100
+//   1.54-1.87 -> 1.69-1.76; float64 32768x64 1.74-1.94 -> 1.26-1.28, 65536x32 1.10-1.12 ->
+//   1.03-1.06; on 2 threads (one run) float32 32768x128 1.06 -> 0.93 but 65536x64 0.79 -> 1.08.
+//   So 8 KiB, which was not measured on the Zen 3 guest. On the Zen 5 guest, as on the Zen 3,
+//   asking from 8 MiB lost (32768x64 1.63-1.78 -> 2.37-2.39).
 // - A test of a run-time flag in the loop instead of a template parameter made float64 rows of
 //   64 values 5-6% slower at sizes that never ask (2048x64 to 8192x64).
 // Not measured on Intel CPUs, whose caches differ.
 constexpr int64_t kShortAheadBytes = int64_t(16) << 20;
 constexpr int64_t kShortAheadRowBytes = 256;
-constexpr int64_t kShortAheadDistance = 2048;
+constexpr int64_t kShortAheadDistance = 8192;
 
 // The cache lines of `rows` rows of `bytes` bytes, ld values apart, for reading or writing.
 template <class E>
