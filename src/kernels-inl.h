@@ -90,7 +90,8 @@ inline bool ExactScale(const typename St::E *x, typename St::E *y, int64_t n, do
 // loop over the kernel, float32, 1 thread, both builds in one process, best of 11 rounds) neither
 // way won: from 512 bytes, 2048x256 and 4096x256 within 5% either way (two runs); from 8 KiB, rows
 // of 768 and 1536 values up to 5% faster (512x768 once 2% slower) but rows of 1024 values 2-11%
-// slower (three runs).
+// slower (three runs). In calls whose x comes from memory the statistics pass asks farther ahead
+// (kFarAheadBytes in ops/layer_norm-inl.h).
 constexpr int64_t kPrefetchBytes = 1024;
 constexpr int64_t kPrefetchRowBytes = 2048;
 
