@@ -11,6 +11,8 @@
 
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "kernel_table.h"
 
 namespace fastln {
@@ -239,6 +241,45 @@ struct RowOf {
   int64_t ahead = kPrefetchBytes;  // how far ahead Prefetch asks (see kFarAheadBytes)
   V Load(int64_t i) const { return St::Load(x + i); }
   T At(int64_t i) const { return St::ToT(x[i]); }
+  void Prefetch(int64_t i, int64_t n) const { PrefetchAhead(x + i, n, ahead); }
+};
+
+// RowOf for a native row that may start anywhere in a cache line, on ISAs whose vector is a whole
+// line (Simd<T>::kRealign: AVX-512): each vector is put together from the two aligned vectors
+// around it, so no load crosses a line. The vectors are the same as RowOf's, bit for bit. The loads
+// also read the rest of the row's first and last lines, which the permute drops (within those
+// lines, so they cannot fault). Measured on an AMD EPYC (Zen 5) guest, C loop of the statistics
+// sums alone, float32, 1 thread, best of 31 rounds, x 16 bytes past a line: loads that cross lines
+// 3.28 us at 128x768 (1.76 aligned), 4.35 at 128x1024 (2.33), 1085 at 8192x1024 (794); put together
+// 2.14, 2.71 and 745.
+template <class S, class = void>
+struct RealignOf {
+  static constexpr bool value = false;
+};
+template <class S>
+struct RealignOf<S, decltype(void(S::kRealign))> {
+  static constexpr bool value = S::kRealign;
+};
+
+template <class St>
+struct RealignedRowOf {
+  using S = typename St::S;
+  using V = typename S::V;
+  static_assert(St::kNative && sizeof(V) == 64, "a vector of the stored values is one line");
+  using T = typename St::T;
+  using E = typename St::E;
+  static constexpr int N = S::N;
+  const E *x;
+  int64_t ahead;
+  const E *line;  // x rounded down to a line
+  int64_t next;   // N, or 0 when x starts a line: the second load then reads the same line again,
+                  // never the line after the row's last one
+  typename S::Idx idx;
+  RealignedRowOf(const E *x_, int64_t ahead_ = kPrefetchBytes)
+      : x(x_), ahead(ahead_), line(x_ - (reinterpret_cast<uintptr_t>(x_) % 64) / sizeof(E)),
+        next(x_ == line ? 0 : N), idx(S::RealignIdx(int(x_ - line))) {}
+  FASTLN_INLINE V Load(int64_t i) const { return S::LoadRealigned(line + i, line + i + next, idx); }
+  T At(int64_t i) const { return x[i]; }
   void Prefetch(int64_t i, int64_t n) const { PrefetchAhead(x + i, n, ahead); }
 };
 

@@ -243,6 +243,17 @@ struct Normalizer {
     }
   }
 
+  // Blocks from x's first line boundary on, the values before it by Plain: with RealignedRowOf's
+  // weight and bias copies (LayerNormRowsS), every load of the blocks then stays within one line.
+  // Only where Block and Rest write the whole row (NormalizeAndNext), with plain stores, and on
+  // rows with a block after the peel.
+  void PeelToX() {
+    const int64_t mis = int64_t(reinterpret_cast<uintptr_t>(x) % 64) / int64_t(sizeof(E));
+    if (kStream || mis == 0 || n < kLine + kBlockOf<T>) return;
+    head = kLine - mis;
+    Plain(0, head);
+    done = head;
+  }
   // y's values from x's, with weight and bias already loaded (W, B), so that rows taken together
   // can share those loads (PlainTwo) and load every x before their stores, which may alias it.
   FASTLN_INLINE V Value(V xi, V W, V B) const {
@@ -295,7 +306,7 @@ struct Normalizer {
     // boundary, two runs: float32 512x1024 139.6-141.8 -> 124.2-127.8 us, 2048x1024 539-543 ->
     // 486-489; float64 2048x768 743-745 -> 646-658, 512x4096 1297-1377 -> 1213-1229; 128x768 and
     // 128x1024 within 3%. Through Python, 512x4096 took 552-562 us at 16 to 64 bytes after it.
-    if (kStream && i + kBlockOf<T> > n) return;
+    if ((kStream || (RealignOf<S>::value && head > 0)) && i + kBlockOf<T> > n) return;
     V v[kAcc];
     for (int a = 0; a < kAcc; ++a) v[a] = Compute(i + a * N);
     if (kStream) {
@@ -427,11 +438,12 @@ inline int64_t CallRows(const AddNormArgs<E, T> &a, int64_t r0, int64_t r1) {
 constexpr int64_t kFarAheadBytes = int64_t(16) << 20;
 constexpr int64_t kFarAheadDistance = 8192;
 
-// The first read of row r: the stored row x, or with kRes the residual add that also writes h.
-// Every later pass reads the rows where Later and LaterLd say: x, or h.
-template <class St, bool kRes>
+// The first read of row r: the stored row x (kRealign: by RealignedRowOf), or with kRes the
+// residual add that also writes h. Every later pass reads the rows where Later and LaterLd say: x,
+// or h.
+template <class St, bool kRes, bool kRealign = false>
 struct FirstRead {
-  using Src = RowOf<St>;
+  using Src = typename std::conditional<kRealign, RealignedRowOf<St>, RowOf<St>>::type;
   using Args = AddNormArgs<typename St::E, typename St::T>;
   static Src Row(const Args &a, int64_t r, int64_t ahead = kPrefetchBytes) {
     return Src{a.x + r * a.ldx, ahead};
@@ -446,7 +458,7 @@ struct FirstRead {
 };
 
 template <class St>
-struct FirstRead<St, true> {
+struct FirstRead<St, true, false> {
   using Src = SumOf<St>;
   using Args = AddNormArgs<typename St::E, typename St::T>;
   static Src Row(const Args &a, int64_t r, int64_t = kPrefetchBytes) {
@@ -458,13 +470,14 @@ struct FirstRead<St, true> {
 };
 
 // Statistics of row `next` (null: none), interleaved with the normalize pass of the current row.
-template <class St, bool kW, bool kB, bool kStream, bool kSplit, class Src>
+template <class St, bool kW, bool kB, bool kStream, bool kSplit, bool kRealign, class Src>
 inline Moments NormalizeAndNext(const Src *next, int64_t n, const typename St::E *x,
                                 typename St::E *y, const typename St::T *w,
                                 const typename St::T *b, typename St::T hi, typename St::T c,
                                 typename St::T rstd) {
   using T = typename St::T;
-  const Normalizer<St, kW, kB, kSplit, kStream> job(x, y, n, w, b, hi, c, rstd);
+  Normalizer<St, kW, kB, kSplit, kStream> job(x, y, n, w, b, hi, c, rstd);
+  if (kRealign) job.PeelToX();
   if (next) return RowMoments<false>(*next, n, T(0), job);
   job.All();
   return Moments{0.0, 0.0, 0.0};
@@ -530,12 +543,12 @@ inline void SumAgain(const typename St::E *x, int64_t n, double inv_n, double *m
 // With kRes (a.res not null), each row's first read is the residual add: h = x + res is written
 // once, while the statistics run on it, and every later pass (the shifted statistics, the
 // normalize pass, the exact path) reads h, still in L1.
-template <class St, bool kRes, bool kW, bool kB, bool kStream>
+template <class St, bool kRes, bool kW, bool kB, bool kStream, bool kRealign = false>
 void LayerNormRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0,
                     int64_t r1) {
   using T = typename St::T;
   using E = typename St::E;
-  using First = FirstRead<St, kRes>;
+  using First = FirstRead<St, kRes, kRealign>;
   const int64_t n = a.cols;
   const double eps = a.eps;
   const double inv_n = 1.0 / double(n);  // a division per row sits on the row's latency chain
@@ -565,13 +578,13 @@ void LayerNormRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_
       rstd = 1.0 / Sqrt(var + eps);
       const T rs = T(rstd);
       if (near) {
-        mo2 = NormalizeAndNext<St, kW, kB, kStream, false>(next, n, x, y, a.weight, a.bias, T(0),
-                                                           T(-mean * rstd), rs);
+        mo2 = NormalizeAndNext<St, kW, kB, kStream, false, kRealign>(
+            next, n, x, y, a.weight, a.bias, T(0), T(-mean * rstd), rs);
       } else {
         const T hi = T(mean);
         const T lo = T(mean - double(hi));
-        mo2 = NormalizeAndNext<St, kW, kB, kStream, true>(next, n, x, y, a.weight, a.bias, hi,
-                                                          T(-lo * rs), rs);
+        mo2 = NormalizeAndNext<St, kW, kB, kStream, true, kRealign>(
+            next, n, x, y, a.weight, a.bias, hi, T(-lo * rs), rs);
       }
     } else {
       ExactRow<St>(x, y, n, a.weight, a.bias, eps, &mean, &rstd);
@@ -1184,6 +1197,38 @@ void ShortRowsA(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0
   return ShortRowsW<St, kRes, kStream, kTail>(a, r0, r1);
 }
 
+// With RealignedRowOf and plain stores, weight and bias are copied (per thread, per call) to where
+// they start at the same place within a line as every row of x, when those rows all do: after
+// PeelToX each load of the normalize pass then stays within one line. From kCongruentRows rows a
+// thread, so that the copy costs the call little; rows of kCongruentBytes or less (longer ones go
+// to the column bands on AMD CPUs).
+constexpr int64_t kCongruentRows = 32, kCongruentBytes = 8192;
+
+template <class T>
+void CongruentCopies(AddNormArgs<T, T> *c, uintptr_t at) {
+  constexpr int64_t kLine = 64 / int64_t(sizeof(T));
+  constexpr int64_t kStride = kCongruentBytes / int64_t(sizeof(T)) + kLine;  // whole lines
+  alignas(64) static thread_local T buf[2 * kStride];
+  const int64_t h = int64_t(at) / int64_t(sizeof(T));
+  auto copy = [&](const T *src, T *dst) {
+    if (!src || reinterpret_cast<uintptr_t>(src) % 64 == at) return src;
+    for (int64_t i = 0; i < c->cols; ++i) dst[i] = src[i];
+    return static_cast<const T *>(dst);
+  };
+  c->weight = copy(c->weight, buf + h);
+  c->bias = copy(c->bias, buf + kStride + h);
+}
+
+// The general loop, for the weight and bias given.
+template <class St, bool kRes, bool kStream, bool kRealign>
+void LayerNormRowsWB(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0,
+                     int64_t r1) {
+  if (a.weight && a.bias) return LayerNormRowsT<St, kRes, true, true, kStream, kRealign>(a, r0, r1);
+  if (a.weight) return LayerNormRowsT<St, kRes, true, false, kStream, kRealign>(a, r0, r1);
+  if (a.bias) return LayerNormRowsT<St, kRes, false, true, kStream, kRealign>(a, r0, r1);
+  return LayerNormRowsT<St, kRes, false, false, kStream, kRealign>(a, r0, r1);
+}
+
 template <class St, bool kRes, bool kStream>
 void LayerNormRowsS(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0,
                     int64_t r1) {
@@ -1201,10 +1246,21 @@ void LayerNormRowsS(const AddNormArgs<typename St::E, typename St::T> &a, int64_
     if (a.weight) return LayerNormRowsBanded<St, kRes, true, false>(a, r0, r1);
     return LayerNormRowsBanded<St, kRes, false, true>(a, r0, r1);
   }
-  if (a.weight && a.bias) return LayerNormRowsT<St, kRes, true, true, kStream>(a, r0, r1);
-  if (a.weight) return LayerNormRowsT<St, kRes, true, false, kStream>(a, r0, r1);
-  if (a.bias) return LayerNormRowsT<St, kRes, false, true, kStream>(a, r0, r1);
-  return LayerNormRowsT<St, kRes, false, false, kStream>(a, r0, r1);
+  if constexpr (RealignOf<Simd<typename St::T>>::value && St::kNative && !kRes) {
+    // Rows that do not all start on a line read x by RealignedRowOf. Only where each row starts
+    // on its element (NumPy's aligned arrays; the C API might pass less).
+    const uintptr_t at = reinterpret_cast<uintptr_t>(a.x);
+    const int64_t ld_bytes = a.ldx * int64_t(sizeof(typename St::E));
+    if ((at % 64 != 0 || ld_bytes % 64 != 0) && at % sizeof(typename St::E) == 0) {
+      AddNormArgs<typename St::E, typename St::T> c = a;
+      if (!kStream && ld_bytes % 64 == 0 && r1 - r0 >= kCongruentRows &&
+          a.cols * int64_t(sizeof(typename St::T)) <= kCongruentBytes) {
+        CongruentCopies(&c, at % 64);
+      }
+      return LayerNormRowsWB<St, kRes, kStream, true>(c, r0, r1);
+    }
+  }
+  return LayerNormRowsWB<St, kRes, kStream, false>(a, r0, r1);
 }
 
 // Whether a call writes y with non-temporal stores: y large (the whole call's, which is what

@@ -24,6 +24,17 @@ struct Simd<float> {
   static constexpr int N = 16;
   static constexpr bool kStreamPairs = true;  // 16-bit y can stream (StreamF16Pair and the like)
   static inline V Load(const float *p) { return _mm512_loadu_ps(p); }
+  // The vector at lo + h (h = idx's offset), put together from the aligned vectors at lo and hi
+  // (see RealignedRowOf in kernels-inl.h): two loads that each stay within one cache line.
+  static constexpr bool kRealign = true;
+  using Idx = __m512i;
+  static inline Idx RealignIdx(int h) {
+    return _mm512_add_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                            _mm512_set1_epi32(h));
+  }
+  static inline V LoadRealigned(const float *lo, const float *hi, Idx idx) {
+    return _mm512_permutex2var_ps(_mm512_load_ps(lo), idx, _mm512_load_ps(hi));
+  }
   static inline void Store(float *p, V v) { _mm512_storeu_ps(p, v); }
   // Non-temporal store; p aligned to sizeof(V), which is one cache line here.
   static inline void StoreStream(float *p, V v) { _mm512_stream_ps(p, v); }
@@ -117,6 +128,14 @@ struct Simd<double> {
   using V = __m512d;
   static constexpr int N = 8;
   static inline V Load(const double *p) { return _mm512_loadu_pd(p); }
+  static constexpr bool kRealign = true;  // see Simd<float>
+  using Idx = __m512i;
+  static inline Idx RealignIdx(int h) {
+    return _mm512_add_epi64(_mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7), _mm512_set1_epi64(h));
+  }
+  static inline V LoadRealigned(const double *lo, const double *hi, Idx idx) {
+    return _mm512_permutex2var_pd(_mm512_load_pd(lo), idx, _mm512_load_pd(hi));
+  }
   static inline void Store(double *p, V v) { _mm512_storeu_pd(p, v); }
   static inline void StoreStream(double *p, V v) { _mm512_stream_pd(p, v); }
   static inline void StreamFence() { _mm_sfence(); }
