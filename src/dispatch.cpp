@@ -96,11 +96,14 @@ bool NeonUsable() { return table_neon() != nullptr && CpuHasNeon(); }
 // (1.18-1.25x once AVX2's bfloat16 store skipped the NaN test where it can), and lost on rms_norm
 // (0.45-0.97x) and on short rows whose length is not a multiple of 64 (layer_norm 2048x96: 0.58x),
 // where its 64-value blocks leave long remainders. On an AMD EPYC (Zen 5) guest (2026-12-03,
-// float32 layer_norm, out=, weight and bias, 1 thread, through Python, both ISAs and np.multiply
-// interleaved in one process, best of 9 rounds), AVX-512's time over AVX2's: 0.88-0.96 on
-// 128x1024, 8x16384, 8192x64 and 32768x64; 1.00-1.01 on 8x768, 128x4096 and 2048x64; 1.06-1.13
-// on 128x768, 2048x96, 2048x768, 128x16384 and 512x4096; 1.31-2.16 on 2048x4096, 2048x1024 and
-// 8192x1024. So AVX2 stays the automatic choice there too.
+// float32 layer_norm, out=, weight and bias, 1 thread, through Python, arrays where NumPy put
+// them, both ISAs and np.multiply interleaved in one process, best of 9 rounds), AVX-512's time
+// over AVX2's was 0.88-2.16 (1.31-2.16 on 2048x4096, 2048x1024 and 8192x1024) while every load of
+// a row 16 to 48 bytes past a line crossed two lines; since the general loop reads such rows by
+// RealignedRowOf (kernels-inl.h), 0.87-0.98 on 8x768, 128x768, 128x1024, 128x4096, 8192x64 and
+// 32768x64, 0.99-1.04 on 8x16384, 128x16384, 2048x64, 2048x96, 512x4096 and 8192x1024, 1.07-1.14
+// on 2048x768, 2048x1024 and 2048x4096 (one run; 0.77-1.12 in a run on a busier machine). A tie,
+// so AVX2 stays the automatic choice there too.
 const IsaEntry kIsas[] = {
     {"avx2", &table_avx2, &Avx2Usable},
     {"avx512", &table_avx512, &Avx512Usable},
