@@ -283,6 +283,19 @@ struct RealignedRowOf {
   void Prefetch(int64_t i, int64_t n) const { PrefetchAhead(x + i, n, ahead); }
 };
 
+// Whether rows of x (a native format) should be read by RealignedRowOf: the ISA can, and the rows
+// do not all start on a line but each starts on its element (NumPy's aligned arrays; the C API
+// might pass less).
+template <class St, class A>
+inline bool RealignRows(const A &a) {
+  if constexpr (RealignOf<Simd<typename St::T>>::value && St::kNative) {
+    const uintptr_t at = reinterpret_cast<uintptr_t>(a.x);
+    const int64_t ld_bytes = a.ldx * int64_t(sizeof(typename St::E));
+    return (at % 64 != 0 || ld_bytes % 64 != 0) && at % sizeof(typename St::E) == 0;
+  }
+  return false;
+}
+
 template <class St>
 struct SumOf {
   using T = typename St::T;

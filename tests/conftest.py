@@ -31,6 +31,23 @@ def rng():
     return np.random.default_rng(12345)
 
 
+def _placed(a, shift):
+    """A copy of `a` that starts `shift` elements past a 64-byte boundary."""
+    item = a.dtype.itemsize
+    buf = np.empty(a.size + 128 // item, a.dtype)
+    start = (-buf.ctypes.data % 64) // item + shift
+    out = buf[start : start + a.size].reshape(a.shape)
+    out[...] = a
+    assert out.ctypes.data % 64 == shift * item
+    return out
+
+
+@pytest.fixture
+def placed():
+    """placed(a, shift): a copy of `a` that starts `shift` elements past a 64-byte boundary."""
+    return _placed
+
+
 def pytest_report_header(config):
     info = fastln.runtime_info()
     return f"fastln {info['version']}: isa={info['isa']} usable={info['isas']} openmp={info['openmp']} threads={info['num_threads']}"

@@ -117,21 +117,10 @@ def test_negative_zero_rows_do_not_depend_on_the_isa(isa, dtype):
         np.testing.assert_array_equal(rstd, np.full(2, 1 / np.sqrt(1e-5), dtype))
 
 
-def _placed(a, shift):
-    """A copy of `a` that starts `shift` elements past a 64-byte boundary."""
-    item = a.dtype.itemsize
-    buf = np.empty(a.size + 128 // item, a.dtype)
-    start = (-buf.ctypes.data % 64) // item + shift
-    out = buf[start : start + a.size].reshape(a.shape)
-    out[...] = a
-    assert out.ctypes.data % 64 == shift * item
-    return out
-
-
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("cols", [300, 768, 1031, 1500])
 @pytest.mark.parametrize("affine", [False, True])
-def test_rows_do_not_depend_on_where_arrays_lie(isa, rng, dtype, cols, affine):
+def test_rows_do_not_depend_on_where_arrays_lie(isa, rng, placed, dtype, cols, affine):
     # With AVX-512, rows that do not start on a cache line are read by loads that each stay within
     # one line (permutes put the vectors together; weight and bias are copied to where they start
     # as x does; the normalize pass starts its blocks at x's first line): the same arithmetic, so
@@ -145,7 +134,7 @@ def test_rows_do_not_depend_on_where_arrays_lie(isa, rng, dtype, cols, affine):
     x[3::6] = 7.0
     x[4::6, cols // 2] = np.nan
     w, b = (_data(rng, cols, dtype), _data(rng, cols, dtype)) if affine else (None, None)
-    want, want_mean, want_rstd = fastln.layer_norm(_placed(x, 0), w, b, return_stats=True)
+    want, want_mean, want_rstd = fastln.layer_norm(placed(x, 0), w, b, return_stats=True)
     expected = ref.layer_norm(x, w, b)
     near = [r for r in range(40) if r % 6 in (0, 2, 3, 5)]
     _check(want[near], expected[near], dtype)
@@ -153,12 +142,12 @@ def test_rows_do_not_depend_on_where_arrays_lie(isa, rng, dtype, cols, affine):
     np.testing.assert_allclose(want[1::6], expected[1::6], rtol=0, atol=10 * TOL[dtype])
     assert np.isnan(want[4::6]).all()
     for shift in range(1, 2 * line):
-        xs = _placed(x, shift % line)
+        xs = placed(x, shift % line)
         ws, bs = w, b
         if affine:
-            ws, bs = _placed(w, (shift * 3) % line), _placed(b, (shift * 5) % line)
+            ws, bs = placed(w, (shift * 3) % line), placed(b, (shift * 5) % line)
         if shift < line:
-            y = _placed(np.zeros_like(x), (shift * 7) % line)
+            y = placed(np.zeros_like(x), (shift * 7) % line)
             _, mean, rstd = fastln.layer_norm(xs, ws, bs, out=y, return_stats=True)
             np.testing.assert_array_equal(mean, want_mean, err_msg=f"shift {shift}")
             np.testing.assert_array_equal(rstd, want_rstd, err_msg=f"shift {shift}")

@@ -209,3 +209,31 @@ def test_fast_path_matches_general_path_bitwise(isa, rng, dtype, shape):
         xi = x.copy()
         fastln.rms_norm(xi, weight, 1e-6, out=xi)
         np.testing.assert_array_equal(xi, want)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("cols", [300, 768, 1031])
+def test_rows_do_not_depend_on_where_arrays_lie(isa, rng, placed, dtype, cols):
+    """With AVX-512 the sums of squares read rows that do not start on a cache line by loads put
+    together by permutes: the same bits wherever x, weight and y lie, and in place."""
+    line = 64 // np.dtype(dtype).itemsize
+    x = (rng.standard_normal((10, cols)) * 3 + 1).astype(dtype)
+    x[2] += 1e4
+    x[5, 7] = np.nan
+    w = rng.standard_normal(cols).astype(dtype)
+    for weight in (None, w):
+        want, want_rstd = fastln.rms_norm(placed(x, 0), weight, 1e-6, return_stats=True)
+        good = [r for r in range(10) if r != 5]
+        y_ref = ref.rms_norm(x[good], weight, eps=1e-6)
+        assert _max_err(want[good], y_ref) <= 4 * TOL[dtype] * max(1.0, np.abs(y_ref).max())
+        assert np.isnan(want[5]).all()
+        for shift in range(1, 2 * line):
+            xs = placed(x, shift % line)
+            ws = None if weight is None else placed(weight, (shift * 3) % line)
+            if shift < line:
+                y = placed(np.zeros_like(x), (shift * 5) % line)
+                _, rstd = fastln.rms_norm(xs, ws, 1e-6, out=y, return_stats=True)
+                np.testing.assert_array_equal(rstd, want_rstd, err_msg=f"shift {shift}")
+            else:
+                y = fastln.rms_norm(xs, ws, 1e-6, out=xs)
+            np.testing.assert_array_equal(y, want, err_msg=f"shift {shift}")

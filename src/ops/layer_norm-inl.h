@@ -1247,15 +1247,12 @@ void LayerNormRowsS(const AddNormArgs<typename St::E, typename St::T> &a, int64_
     return LayerNormRowsBanded<St, kRes, false, true>(a, r0, r1);
   }
   if constexpr (RealignOf<Simd<typename St::T>>::value && St::kNative && !kRes) {
-    // Rows that do not all start on a line read x by RealignedRowOf. Only where each row starts
-    // on its element (NumPy's aligned arrays; the C API might pass less).
-    const uintptr_t at = reinterpret_cast<uintptr_t>(a.x);
-    const int64_t ld_bytes = a.ldx * int64_t(sizeof(typename St::E));
-    if ((at % 64 != 0 || ld_bytes % 64 != 0) && at % sizeof(typename St::E) == 0) {
-      AddNormArgs<typename St::E, typename St::T> c = a;
-      if (!kStream && ld_bytes % 64 == 0 && r1 - r0 >= kCongruentRows &&
-          a.cols * int64_t(sizeof(typename St::T)) <= kCongruentBytes) {
-        CongruentCopies(&c, at % 64);
+    if (RealignRows<St>(a)) {
+      using T = typename St::T;
+      AddNormArgs<typename St::E, T> c = a;
+      if (!kStream && (a.ldx * int64_t(sizeof(T))) % 64 == 0 && r1 - r0 >= kCongruentRows &&
+          a.cols * int64_t(sizeof(T)) <= kCongruentBytes) {
+        CongruentCopies(&c, reinterpret_cast<uintptr_t>(a.x) % 64);
       }
       return LayerNormRowsWB<St, kRes, kStream, true>(c, r0, r1);
     }

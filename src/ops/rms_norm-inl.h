@@ -101,19 +101,21 @@ inline double RmsExactRow(const typename St::E *x, typename St::E *y, int64_t n,
 }
 
 // y = x / sqrt(mean(x^2) + eps) * w: one read of the row for the sum of squares, one to scale it.
-// With kRes that first read is the residual add (see FirstRead), and the scaling reads h.
-template <class St, bool kRes, bool kW>
+// With kRes that first read is the residual add (see FirstRead), and the scaling reads h. With
+// kRealign the first read is by RealignedRowOf (same values; see RealignRows).
+template <class St, bool kRes, bool kW, bool kRealign = false>
 void RmsNormRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0,
                   int64_t r1) {
   using T = typename St::T;
   using E = typename St::E;
   using S = Simd<T>;
   using V = typename S::V;
+  using First = FirstRead<St, kRes, kRealign>;
   const int64_t n = a.cols;
-  const E *xs = FirstRead<St, kRes>::Later(a);
-  const int64_t lds = FirstRead<St, kRes>::LaterLd(a);
+  const E *xs = First::Later(a);
+  const int64_t lds = First::LaterLd(a);
   for (int64_t r = r0; r < r1; ++r) {
-    const typename FirstRead<St, kRes>::Src src = FirstRead<St, kRes>::Row(a, r);
+    const typename First::Src src = First::Row(a, r);
     const E *x = xs + r * lds;
     E *y = a.y + r * a.ldy;
     double ss;
@@ -148,6 +150,12 @@ void RmsNormRowsOf(const AddNormArgs<typename St::E, typename St::T> &a, int64_t
   if (a.res) {
     if (a.weight) return RmsNormRowsT<St, true, true>(a, r0, r1);
     return RmsNormRowsT<St, true, false>(a, r0, r1);
+  }
+  if constexpr (RealignOf<Simd<typename St::T>>::value && St::kNative) {
+    if (RealignRows<St>(a)) {
+      if (a.weight) return RmsNormRowsT<St, false, true, true>(a, r0, r1);
+      return RmsNormRowsT<St, false, false, true>(a, r0, r1);
+    }
   }
   if (a.weight) return RmsNormRowsT<St, false, true>(a, r0, r1);
   return RmsNormRowsT<St, false, false>(a, r0, r1);
