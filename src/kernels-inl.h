@@ -244,14 +244,7 @@ struct RowOf {
   void Prefetch(int64_t i, int64_t n) const { PrefetchAhead(x + i, n, ahead); }
 };
 
-// RowOf for a native row that may start anywhere in a cache line, on ISAs whose vector is a whole
-// line (Simd<T>::kRealign: AVX-512): each vector is put together from the two aligned vectors
-// around it, so no load crosses a line. The vectors are the same as RowOf's, bit for bit. The loads
-// also read the rest of the row's first and last lines, which the permute drops (within those
-// lines, so they cannot fault). Measured on an AMD EPYC (Zen 5) guest, C loop of the statistics
-// sums alone, float32, 1 thread, best of 31 rounds, x 16 bytes past a line: loads that cross lines
-// 3.28 us at 128x768 (1.76 aligned), 4.35 at 128x1024 (2.33), 1085 at 8192x1024 (794); put together
-// 2.14, 2.71 and 745.
+// Whether Simd S offers RealignedRowOf's loads (Simd<T>::kRealign, AVX-512 only).
 template <class S, class = void>
 struct RealignOf {
   static constexpr bool value = false;
@@ -261,6 +254,14 @@ struct RealignOf<S, decltype(void(S::kRealign))> {
   static constexpr bool value = S::kRealign;
 };
 
+// RowOf for a native row that may start anywhere in a cache line, on ISAs whose vector is a whole
+// line (Simd<T>::kRealign: AVX-512): each vector is put together from the two aligned vectors
+// around it, so no load crosses a line. The vectors are the same as RowOf's, bit for bit. The loads
+// also read the rest of the row's first and last lines, which the permute drops (within those
+// lines, so they cannot fault). Measured on an AMD EPYC (Zen 5) guest, C loop of the statistics
+// sums alone, float32, 1 thread, best of 31 rounds, x 16 bytes past a line: loads that cross lines
+// 3.28 us at 128x768 (1.76 aligned), 4.35 at 128x1024 (2.33), 1085 at 8192x1024 (794); put together
+// 2.14, 2.71 and 745.
 template <class St>
 struct RealignedRowOf {
   using S = typename St::S;

@@ -243,8 +243,8 @@ struct Normalizer {
     }
   }
 
-  // Blocks from x's first line boundary on, the values before it by Plain: with RealignedRowOf's
-  // weight and bias copies (LayerNormRowsS), every load of the blocks then stays within one line.
+  // Blocks from x's first line boundary on, the values before it by Plain: with the weight and
+  // bias copies of CongruentCopies, every load of the blocks then stays within one line.
   // Only where Block and Rest write the whole row (NormalizeAndNext), with plain stores, and on
   // rows with a block after the peel.
   void PeelToX() {
@@ -1201,7 +1201,10 @@ void ShortRowsA(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0
 // they start at the same place within a line as every row of x, when those rows all do: after
 // PeelToX each load of the normalize pass then stays within one line. From kCongruentRows rows a
 // thread, so that the copy costs the call little; rows of kCongruentBytes or less (longer ones go
-// to the column bands on AMD CPUs).
+// to the column bands on AMD CPUs). Measured only in a C loop of the normalize pass alone (AVX-512,
+// Zen 5 guest, 128x768, best of 31 rounds, two runs), x, y, weight and bias at 16, 16, 16, 16 bytes
+// past a line: 6.44 and 6.66 -> 3.67 and 3.94 us; at 16, 48, 32, 48: 7.84 and 8.28 -> 4.61 and
+// 6.23; not apart from the realigned statistics in the kernel itself.
 constexpr int64_t kCongruentRows = 32, kCongruentBytes = 8192;
 
 template <class T>
