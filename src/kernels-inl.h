@@ -244,7 +244,8 @@ struct RowOf {
   void Prefetch(int64_t i, int64_t n) const { PrefetchAhead(x + i, n, ahead); }
 };
 
-// Whether Simd S offers RealignedRowOf's loads (Simd<T>::kRealign, AVX-512 only).
+// Whether Simd S offers RealignedRowOf's loads (Simd<T>::kRealign: AVX-512, and AVX2 for rows 16
+// bytes past 32).
 template <class S, class = void>
 struct RealignOf {
   static constexpr bool value = false;
@@ -254,45 +255,67 @@ struct RealignOf<S, decltype(void(S::kRealign))> {
   static constexpr bool value = S::kRealign;
 };
 
-// RowOf for a native row that may start anywhere in a cache line, on ISAs whose vector is a whole
-// line (Simd<T>::kRealign: AVX-512): each vector is put together from the two aligned vectors
-// around it, so no load crosses a line. The vectors are the same as RowOf's, bit for bit. The loads
-// also read the rest of the row's first and last lines, which the permute drops (within those
-// lines, so they cannot fault). Measured on an AMD EPYC (Zen 5) guest, C loop of the statistics
-// sums alone, float32, 1 thread, best of 31 rounds, x 16 bytes past a line: loads that cross lines
-// 3.28 us at 128x768 (1.76 aligned), 4.35 at 128x1024 (2.33), 1085 at 8192x1024 (794); put together
-// 2.14, 2.71 and 745.
+// RowOf for a native row that does not start on a vector's boundary (Simd<T>::kRealign): each
+// vector is put together from the two aligned vectors around it, so no load crosses a line. The
+// vectors are the same as RowOf's, bit for bit. The loads also read the rest of the row's first and
+// last aligned vectors, which the permute drops (within those lines, so they cannot fault).
+// Measured on an AMD EPYC (Zen 5) guest, C loop of the statistics sums alone, float32, 1 thread,
+// best of 31 rounds, x 16 bytes past a line, AVX-512: loads that cross lines 3.28 us at 128x768
+// (1.76 aligned), 4.35 at 128x1024 (2.33), 1085 at 8192x1024 (794); put together 2.14, 2.71 and
+// 745. AVX2: see RealignRows.
 template <class St>
 struct RealignedRowOf {
   using S = typename St::S;
   using V = typename S::V;
-  static_assert(St::kNative && sizeof(V) == 64, "a vector of the stored values is one line");
+  static_assert(St::kNative, "the stored values are the vector's");
   using T = typename St::T;
   using E = typename St::E;
   static constexpr int N = S::N;
   const E *x;
   int64_t ahead;
-  const E *line;  // x rounded down to a line
-  int64_t next;   // N, or 0 when x starts a line: the second load then reads the same line again,
-                  // never the line after the row's last one
+  const E *line;  // x rounded down to a vector's bytes (AVX-512: a line)
+  int64_t next;   // N, or 0 when x starts a vector: the second load then reads the same vector
+                  // again, never the one after the row's last (kRealignAnyOffset only)
   typename S::Idx idx;
   RealignedRowOf(const E *x_, int64_t ahead_ = kPrefetchBytes)
-      : x(x_), ahead(ahead_), line(x_ - (reinterpret_cast<uintptr_t>(x_) % 64) / sizeof(E)),
+      : x(x_), ahead(ahead_),
+        line(x_ - (reinterpret_cast<uintptr_t>(x_) % sizeof(V)) / sizeof(E)),
         next(x_ == line ? 0 : N), idx(S::RealignIdx(int(x_ - line))) {}
-  FASTLN_INLINE V Load(int64_t i) const { return S::LoadRealigned(line + i, line + i + next, idx); }
+  // Without kRealignAnyOffset x never starts a vector, and a constant N lets the compiler share
+  // one aligned load between neighbouring vectors. The prefetches go from line, not x (the same
+  // lines, give or take the last): fewer registers live in the loop, where GCC had spilled x.
+  FASTLN_INLINE V Load(int64_t i) const {
+    return S::LoadRealigned(line + i, line + i + (S::kRealignAnyOffset ? next : N), idx);
+  }
   T At(int64_t i) const { return x[i]; }
-  void Prefetch(int64_t i, int64_t n) const { PrefetchAhead(x + i, n, ahead); }
+  void Prefetch(int64_t i, int64_t n) const { PrefetchAhead(line + i, n, ahead); }
 };
 
-// Whether rows of x (a native format) should be read by RealignedRowOf: the ISA can, and the rows
-// do not all start on a line but each starts on its element (NumPy's aligned arrays; the C API
-// might pass less).
+// Whether rows of x (a native format) should be read by RealignedRowOf. AVX-512: the rows do not
+// all start on a line but each starts on its element (NumPy's aligned arrays; the C API might pass
+// less). AVX2, whose permute moves only whole halves: every row starts 16 bytes past 32 bytes, so
+// that every other load would cross a line. Measured on an AMD EPYC (Zen 5) guest, C loop of the
+// two passes interleaved as the kernel runs them (statistics of the next row with the normalize
+// pass of this one), float32, weight and bias, 1 thread, best of 21 rounds, x, y, weight and bias
+// 16 bytes past a line: 128x768 10.63 us with unaligned loads, 8.50 with the statistics put
+// together and the normalize pass peeled (PeelToX), 7.43 all aligned; 128x1024 14.66, 11.79,
+// 12.65 (aligned, a noisier moment). In the kernel the gain is smaller (libfastln through ctypes,
+// both builds in one process, best of 15 rounds, 2026-12-03; x,y,w,b offsets in bytes): float32
+// 128x768 at 16,16,16,16 12.77 -> 12.10 us, at 48,16,16,48 13.54 -> 11.93, 128x1024 18.17 ->
+// 16.91, 256x1536 53.60 -> 48.71; float64 128x768 26.58 -> 23.45; aligned rows unchanged (9.77 and
+// 9.62 at 128x768). rms_norm within 4% either way. Aligned rows stay faster (unexplained).
 template <class St, class A>
 inline bool RealignRows(const A &a) {
-  if constexpr (RealignOf<Simd<typename St::T>>::value && St::kNative) {
+  using S = Simd<typename St::T>;
+  if constexpr (RealignOf<S>::value && St::kNative) {
     const uintptr_t at = reinterpret_cast<uintptr_t>(a.x);
     const int64_t ld_bytes = a.ldx * int64_t(sizeof(typename St::E));
-    return (at % 64 != 0 || ld_bytes % 64 != 0) && at % sizeof(typename St::E) == 0;
+    if constexpr (S::kRealignAnyOffset) {
+      return (at % 64 != 0 || ld_bytes % 64 != 0) && at % sizeof(typename St::E) == 0;
+    } else {
+      constexpr int64_t kV = int64_t(sizeof(typename S::V));
+      return int64_t(at % kV) == kV / 2 && ld_bytes % kV == 0;
+    }
   }
   return false;
 }

@@ -206,7 +206,7 @@ FASTLN_INLINE typename S::V AffineV(typename S::V u, typename S::V W, typename S
 // from 3% slower to 8% faster.
 constexpr int64_t kPrefetchNormalizeBytes = 8192;
 
-template <class St, bool kW, bool kB, bool kSplit, bool kStream>
+template <class St, bool kW, bool kB, bool kSplit, bool kStream, bool kPeel = false>
 struct Normalizer {
   using T = typename St::T;
   using E = typename St::E;
@@ -246,8 +246,9 @@ struct Normalizer {
   // Blocks from x's first line boundary on, the values before it by Plain: with the weight and
   // bias copies of CongruentCopies, every load of the blocks then stays within one line.
   // Only where Block and Rest write the whole row (NormalizeAndNext), with plain stores, and on
-  // rows with a block after the peel.
+  // rows with a block after the peel. kPeel: Block then checks that its values fit in the row.
   void PeelToX() {
+    static_assert(kPeel, "Block checks for the peel's overrun only with kPeel");
     const int64_t mis = int64_t(reinterpret_cast<uintptr_t>(x) % 64) / int64_t(sizeof(E));
     if (kStream || mis == 0 || n < kLine + kBlockOf<T>) return;
     head = kLine - mis;
@@ -306,7 +307,7 @@ struct Normalizer {
     // boundary, two runs: float32 512x1024 139.6-141.8 -> 124.2-127.8 us, 2048x1024 539-543 ->
     // 486-489; float64 2048x768 743-745 -> 646-658, 512x4096 1297-1377 -> 1213-1229; 128x768 and
     // 128x1024 within 3%. Through Python, 512x4096 took 552-562 us at 16 to 64 bytes after it.
-    if ((kStream || (RealignOf<S>::value && head > 0)) && i + kBlockOf<T> > n) return;
+    if ((kStream || kPeel) && i + kBlockOf<T> > n) return;
     V v[kAcc];
     for (int a = 0; a < kAcc; ++a) v[a] = Compute(i + a * N);
     if (kStream) {
@@ -476,8 +477,8 @@ inline Moments NormalizeAndNext(const Src *next, int64_t n, const typename St::E
                                 const typename St::T *b, typename St::T hi, typename St::T c,
                                 typename St::T rstd) {
   using T = typename St::T;
-  Normalizer<St, kW, kB, kSplit, kStream> job(x, y, n, w, b, hi, c, rstd);
-  if (kRealign) job.PeelToX();
+  Normalizer<St, kW, kB, kSplit, kStream, kRealign> job(x, y, n, w, b, hi, c, rstd);
+  if constexpr (kRealign) job.PeelToX();
   if (next) return RowMoments<false>(*next, n, T(0), job);
   job.All();
   return Moments{0.0, 0.0, 0.0};

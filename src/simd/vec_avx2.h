@@ -21,6 +21,16 @@ struct Simd<float> {
   static constexpr int N = 8;
   static constexpr bool kStreamPairs = true;  // 16-bit y can stream (StreamF16Pair and the like)
   static inline V Load(const float *p) { return _mm256_loadu_ps(p); }
+  // Rows that start 16 bytes past 32 (as NumPy's arrays often do), and only those, can be read by
+  // RealignedRowOf (kernels-inl.h): each vector is then the halves of the two aligned vectors
+  // around it (one vperm2f128), and no load crosses a line. h is always N / 2 there.
+  static constexpr bool kRealign = true;
+  static constexpr bool kRealignAnyOffset = false;
+  using Idx = int;
+  static inline Idx RealignIdx(int) { return 0; }
+  static inline V LoadRealigned(const float *lo, const float *hi, Idx) {
+    return _mm256_permute2f128_ps(_mm256_load_ps(lo), _mm256_load_ps(hi), 0x21);
+  }
   static inline void Store(float *p, V v) { _mm256_storeu_ps(p, v); }
   // Non-temporal store; p aligned to sizeof(V). StreamFence orders such stores before later ones.
   static inline void StoreStream(float *p, V v) { _mm256_stream_ps(p, v); }
@@ -124,6 +134,13 @@ struct Simd<double> {
   using V = __m256d;
   static constexpr int N = 4;
   static inline V Load(const double *p) { return _mm256_loadu_pd(p); }
+  static constexpr bool kRealign = true;  // see Simd<float>: h = N / 2, two doubles
+  static constexpr bool kRealignAnyOffset = false;
+  using Idx = int;
+  static inline Idx RealignIdx(int) { return 0; }
+  static inline V LoadRealigned(const double *lo, const double *hi, Idx) {
+    return _mm256_permute2f128_pd(_mm256_load_pd(lo), _mm256_load_pd(hi), 0x21);
+  }
   static inline void Store(double *p, V v) { _mm256_storeu_pd(p, v); }
   static inline void StoreStream(double *p, V v) { _mm256_stream_pd(p, v); }
   static inline void StreamFence() { _mm_sfence(); }

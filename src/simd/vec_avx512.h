@@ -27,6 +27,7 @@ struct Simd<float> {
   // The vector at lo + h (h = idx's offset), put together from the aligned vectors at lo and hi
   // (see RealignedRowOf in kernels-inl.h): two loads that each stay within one cache line.
   static constexpr bool kRealign = true;
+  static constexpr bool kRealignAnyOffset = true;  // any h in [0, N), 0 included
   using Idx = __m512i;
   static inline Idx RealignIdx(int h) {
     return _mm512_add_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
@@ -129,6 +130,7 @@ struct Simd<double> {
   static constexpr int N = 8;
   static inline V Load(const double *p) { return _mm512_loadu_pd(p); }
   static constexpr bool kRealign = true;  // see Simd<float>
+  static constexpr bool kRealignAnyOffset = true;
   using Idx = __m512i;
   static inline Idx RealignIdx(int h) {
     return _mm512_add_epi64(_mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7), _mm512_set1_epi64(h));

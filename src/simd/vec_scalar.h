@@ -16,8 +16,8 @@ struct Simd {
   using V = T;
   static constexpr int N = 1;
   static inline V Load(const T *p) { return *p; }
-  // An ISA whose vector is a whole cache line may add kRealign (true), Idx, RealignIdx and
-  // LoadRealigned (vec_avx512.h); the kernels then read misaligned rows by RealignedRowOf.
+  // An ISA may add kRealign (true), kRealignAnyOffset, Idx, RealignIdx and LoadRealigned
+  // (vec_avx512.h, vec_avx2.h); the kernels then read misaligned rows by RealignedRowOf.
   static inline void Store(T *p, V v) { *p = v; }
   // Non-temporal store where the ISA has one (p aligned to sizeof(V)); a plain store here.
   static inline void StoreStream(T *p, V v) { *p = v; }
