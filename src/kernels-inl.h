@@ -291,6 +291,17 @@ struct RealignedRowOf {
   void Prefetch(int64_t i, int64_t n) const { PrefetchAhead(line + i, n, ahead); }
 };
 
+// Whether RowMoments sums the rows Src reads in its halves form, from aligned loads alone: AVX2's
+// RealignedRowOf, whose rows start half a vector past an aligned one.
+template <class Src>
+struct HalvesOf {
+  static constexpr bool value = false;
+};
+template <class St>
+struct HalvesOf<RealignedRowOf<St>> {
+  static constexpr bool value = !St::S::kRealignAnyOffset;
+};
+
 // Whether rows of x (a native format) should be read by RealignedRowOf. AVX-512: the rows do not
 // all start on a line but each starts on its element (NumPy's aligned arrays; the C API might pass
 // less). AVX2, whose permute moves only whole halves: every row starts 16 bytes past 32 bytes, so
@@ -303,7 +314,8 @@ struct RealignedRowOf {
 // both builds in one process, best of 15 rounds, 2026-12-03; x,y,w,b offsets in bytes): float32
 // 128x768 at 16,16,16,16 12.77 -> 12.10 us, at 48,16,16,48 13.54 -> 11.93, 128x1024 18.17 ->
 // 16.91, 256x1536 53.60 -> 48.71; float64 128x768 26.58 -> 23.45; aligned rows unchanged (9.77 and
-// 9.62 at 128x768). rms_norm within 4% either way. Aligned rows stay faster (unexplained).
+// 9.62 at 128x768). rms_norm within 4% either way. The layer norm's statistics now sum such rows
+// from aligned loads alone (SumHalves), which closed most of what was left.
 template <class St, class A>
 inline bool RealignRows(const A &a) {
   using S = Simd<typename St::T>;

@@ -48,6 +48,66 @@ struct NoJob {
   void Rest() const {}
 };
 
+// RowMoments' blocks (the sums about zero) for rows that start half a vector past an aligned one
+// (HalvesOf), from aligned loads alone. Aligned vector m holds the upper half of the row's vector
+// m - 1 and the lower half of its vector m. Accumulator a is kept rotated, in R[a]: its upper half
+// is a's lower half, its lower half a - 1's upper half; adding aligned vector m to R[m % kAcc] then
+// adds every value to the lane it has in RowMoments' other loop, in the same order: the same sums,
+// bit for bit (the zeros they start from give +0 where a lane adds only -0, and the mean's + 0
+// makes any zero +0). Join puts the accumulators back at each fold of kChunk blocks, which takes
+// only the lower half of the block's last aligned vector, and at the end. Each aligned vector is
+// loaded once, with no permute in the loop. RealignedRowOf's Load took a vperm2f128 a vector, and
+// GCC loaded most aligned vectors twice (once more as the permute's memory operand; callgrind's
+// listing of the loop), 8 loads a block where aligned rows take 4. Measured on an AMD EPYC (Zen 5)
+// guest, libfastln through ctypes, weight and bias, 1 thread, both builds in one process, best of
+// 15 rounds (x,y,w,b offsets in bytes; permutes -> halves): float32 128x768 at 16,16,16,16 11.78 ->
+// 10.10 us, at 48,16,16,48 12.07 -> 10.06 (aligned 9.80 and 9.46), 128x1024 15.99 -> 14.30,
+// 256x1536 45.19 -> 39.31; float64 (11 rounds) 128x768 22.97 -> 20.46, 64x272 4.39 -> 3.99.
+template <class Src, class Job>
+FASTLN_INLINE void SumHalves(const Src &src, int64_t nblocks, bool prefetch, const Job &job,
+                             typename Src::S::V *ssum, typename Src::S::V *qsum) {
+  using S = typename Src::S;
+  using V = typename S::V;
+  constexpr int N = S::N;
+  constexpr int64_t kBlock = int64_t(kAcc) * N;
+  const auto *const line = src.line;
+  V r[kAcc], rq[kAcc], u[kAcc];
+  for (int a = 0; a < kAcc; ++a) r[a] = rq[a] = S::Zero();
+  V Q = S::Zero();
+  auto add = [&](int a, V v) __attribute__((always_inline)) {
+    r[a] = S::Add(r[a], v);
+    rq[a] = S::MulAdd(v, v, rq[a]);
+  };
+  auto join = [&](const V *from) __attribute__((always_inline)) {
+    for (int a = 0; a < kAcc; ++a) u[a] = S::Join(from[a], from[(a + 1) % kAcc]);
+  };
+  if (prefetch) src.Prefetch(0, kBlock);
+  add(0, S::HighHalf(S::LoadAligned(line)));  // its lower half lies before the row
+  for (int64_t j = 0; j < nblocks; ++j) {
+    if (j > 0 && prefetch) src.Prefetch(j * kBlock, kBlock);
+    const auto *const p = line + j * kBlock;
+    for (int a = 1; a < kAcc; ++a) add(a, S::LoadAligned(p + a * N));
+    V v = S::LoadAligned(p + kBlock);  // its upper half is the next block's
+    if (j + 1 == nblocks) v = S::LowHalf(v);
+    if (j % kChunk == 0 && j > 0) {  // where RowMoments' other loop folds
+      const V lo = S::LowHalf(v), hi = S::HighHalf(v);
+      r[0] = S::Add(r[0], v);
+      rq[0] = S::MulAdd(lo, lo, rq[0]);
+      join(rq);
+      Q = S::Add(Q, AddAcc<S>(u));
+      rq[0] = S::Mul(hi, hi);
+      for (int a = 1; a < kAcc; ++a) rq[a] = S::Zero();
+    } else {
+      add(0, v);
+    }
+    job.Block(j * kBlock);
+  }
+  join(r);
+  *ssum = AddAcc<S>(u);
+  join(rq);
+  *qsum = S::Add(Q, AddAcc<S>(u));
+}
+
 // The row's count, mean and sum of squared deviations, from sums about `pivot` (kShift) or zero.
 template <bool kShift, class Src, class Job>
 inline Moments RowMoments(const Src &src, int64_t n, typename Src::T pivot, const Job &job) {
@@ -64,14 +124,6 @@ inline Moments RowMoments(const Src &src, int64_t n, typename Src::T pivot, cons
   auto load = [&](int64_t i) __attribute__((always_inline)) {
     return kShift ? S::Sub(src.Load(i), vk) : src.Load(i);
   };
-  // Per-lane sums of x - k and of its squares. Zeroed though every path that reads them
-  // (nblocks > 0) sets them first: without it GCC warned that they may be used uninitialized, and
-  // with it the code came out shorter (callgrind, 20 calls of 2048x100 float32 with AVX2: 12.98M
-  // -> 12.32M instructions; 128x1024 and 8x16384 unchanged).
-  V s[kAcc], q[kAcc];
-  for (int a = 0; a < kAcc; ++a) s[a] = q[a] = S::Zero();
-  V Q = S::Zero();     // the squares of the chunks done (see kChunk): one register, as a
-                       // register per accumulator spilled the running sums across the fold
   // The second pass, which runs on rows far from zero or with outliers, keeps them in double, so
   // that large squares do not swallow the small ones added after them: with float folds here,
   // the outlier test's row of 4097 values (the first two 59 and 38.5 from the rest's mean) was off
@@ -79,42 +131,58 @@ inline Moments RowMoments(const Src &src, int64_t n, typename Src::T pivot, cons
   // LayerNormRowsT, added together.
   double Qd = 0.0;
   int64_t pos = 0;     // index of the next block
-  if (nblocks > 0) {
-    if (prefetch) src.Prefetch(pos, kBlock);
-    for (int a = 0; a < kAcc; ++a) {
-      s[a] = load(a * N);
-      q[a] = S::Mul(s[a], s[a]);
+  V ssum = S::Zero(), qsum = S::Zero();
+  if constexpr (!kShift && HalvesOf<Src>::value) {
+    if (nblocks > 0) SumHalves(src, nblocks, prefetch, job, &ssum, &qsum);
+    pos = nblocks * kBlock;
+  } else {
+    // Per-lane sums of x - k and of its squares. Zeroed though every path that reads them
+    // (nblocks > 0) sets them first: without it GCC warned that they may be used uninitialized, and
+    // with it the code came out shorter (callgrind, 20 calls of 2048x100 float32 with AVX2: 12.98M
+    // -> 12.32M instructions; 128x1024 and 8x16384 unchanged).
+    V s[kAcc], q[kAcc];
+    for (int a = 0; a < kAcc; ++a) s[a] = q[a] = S::Zero();
+    V Q = S::Zero();     // the squares of the chunks done (see kChunk): one register, as a
+                         // register per accumulator spilled the running sums across the fold
+    if (nblocks > 0) {
+      if (prefetch) src.Prefetch(pos, kBlock);
+      for (int a = 0; a < kAcc; ++a) {
+        s[a] = load(a * N);
+        q[a] = S::Mul(s[a], s[a]);
+      }
+      job.Block(0);
+      pos = kBlock;
     }
-    job.Block(0);
-    pos = kBlock;
+    auto step = [&](int64_t j) __attribute__((always_inline)) {
+      if (prefetch) src.Prefetch(pos, kBlock);
+      for (int a = 0; a < kAcc; ++a) {
+        const V d = load(pos + a * N);
+        s[a] = S::Add(s[a], d);
+        q[a] = S::MulAdd(d, d, q[a]);
+      }
+      job.Block(j * kBlock);
+      pos += kBlock;
+    };
+    int64_t j = 1;
+    for (; j + kChunk <= nblocks; j += kChunk) {
+      for (int i = 0; i < kChunk; ++i) step(j + i);
+      const V qc = AddAcc<S>(q);
+      if (kShift) {
+        Qd += S::ReduceSumDouble(qc);
+      } else {
+        Q = S::Add(Q, qc);
+      }
+      for (int a = 0; a < kAcc; ++a) q[a] = S::Zero();
+    }
+    for (; j < nblocks; ++j) step(j);
+    if (nblocks > 0) {
+      ssum = AddAcc<S>(s);
+      qsum = S::Add(Q, AddAcc<S>(q));
+    }
   }
-  auto step = [&](int64_t j) __attribute__((always_inline)) {
-    if (prefetch) src.Prefetch(pos, kBlock);
-    for (int a = 0; a < kAcc; ++a) {
-      const V d = load(pos + a * N);
-      s[a] = S::Add(s[a], d);
-      q[a] = S::MulAdd(d, d, q[a]);
-    }
-    job.Block(j * kBlock);
-    pos += kBlock;
-  };
-  int64_t j = 1;
-  for (; j + kChunk <= nblocks; j += kChunk) {
-    for (int i = 0; i < kChunk; ++i) step(j + i);
-    const V qc = AddAcc<S>(q);
-    if (kShift) {
-      Qd += S::ReduceSumDouble(qc);
-    } else {
-      Q = S::Add(Q, qc);
-    }
-    for (int a = 0; a < kAcc; ++a) q[a] = S::Zero();
-  }
-  for (; j < nblocks; ++j) step(j);
 
   Moments total{0.0, 0.0, 0.0};
   if (nblocks > 0) {
-    const V ssum = AddAcc<S>(s);
-    const V qsum = S::Add(Q, AddAcc<S>(q));
     const double cnt = double(nblocks * kBlock);
     const double inv_cnt = 1.0 / cnt;  // off the row's latency chain, unlike a division by cnt
     const double sd = S::ReduceSumDouble(ssum), q = S::ReduceSumDouble(qsum) + Qd;

@@ -29,8 +29,15 @@ struct Simd<float> {
   using Idx = int;
   static inline Idx RealignIdx(int) { return 0; }
   static inline V LoadRealigned(const float *lo, const float *hi, Idx) {
-    return _mm256_permute2f128_ps(_mm256_load_ps(lo), _mm256_load_ps(hi), 0x21);
+    return Join(_mm256_load_ps(lo), _mm256_load_ps(hi));
   }
+  // For sums over such rows from aligned loads alone (RowMoments' halves form): a's upper half
+  // then b's lower half; a vector with one half zeroed (a blend, so the other lanes stay as they
+  // are, NaN included).
+  static inline V LoadAligned(const float *p) { return _mm256_load_ps(p); }
+  static inline V Join(V a, V b) { return _mm256_permute2f128_ps(a, b, 0x21); }
+  static inline V LowHalf(V a) { return _mm256_blend_ps(a, _mm256_setzero_ps(), 0xF0); }
+  static inline V HighHalf(V a) { return _mm256_blend_ps(a, _mm256_setzero_ps(), 0x0F); }
   static inline void Store(float *p, V v) { _mm256_storeu_ps(p, v); }
   // Non-temporal store; p aligned to sizeof(V). StreamFence orders such stores before later ones.
   static inline void StoreStream(float *p, V v) { _mm256_stream_ps(p, v); }
@@ -139,8 +146,12 @@ struct Simd<double> {
   using Idx = int;
   static inline Idx RealignIdx(int) { return 0; }
   static inline V LoadRealigned(const double *lo, const double *hi, Idx) {
-    return _mm256_permute2f128_pd(_mm256_load_pd(lo), _mm256_load_pd(hi), 0x21);
+    return Join(_mm256_load_pd(lo), _mm256_load_pd(hi));
   }
+  static inline V LoadAligned(const double *p) { return _mm256_load_pd(p); }  // see Simd<float>
+  static inline V Join(V a, V b) { return _mm256_permute2f128_pd(a, b, 0x21); }
+  static inline V LowHalf(V a) { return _mm256_blend_pd(a, _mm256_setzero_pd(), 0xC); }
+  static inline V HighHalf(V a) { return _mm256_blend_pd(a, _mm256_setzero_pd(), 0x3); }
   static inline void Store(double *p, V v) { _mm256_storeu_pd(p, v); }
   static inline void StoreStream(double *p, V v) { _mm256_stream_pd(p, v); }
   static inline void StreamFence() { _mm_sfence(); }
