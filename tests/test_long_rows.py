@@ -93,6 +93,32 @@ def test_banded_rows_in_place_strided_and_misaligned(isa, rng, dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("cols", [4096, 3000])
+def test_banded_rows_do_not_depend_on_where_x_lies(isa, rng, placed, dtype, cols):
+    # Where every row of x starts at the same place within a vector, the bands after the first
+    # start on a vector boundary of x, so that their loads are aligned: the bands then cut the rows
+    # elsewhere, and each value must come out the same (rows of 4096 values, whose byte length is
+    # a multiple of every vector; 3000 float32 values are not, and keep the bands at 0).
+    x = _rows(rng, 9, cols, dtype)
+    w = rng.standard_normal(cols).astype(dtype)
+    b = rng.standard_normal(cols).astype(dtype)
+    line = 64 // np.dtype(dtype).itemsize
+    with np.errstate(invalid="ignore", over="ignore"):
+        want, want_mean, want_rstd = fastln.layer_norm(placed(x, 0), w, b, return_stats=True)
+        for shift in range(1, line):
+            y = placed(np.zeros_like(x), (3 * shift) % line)
+            _, mean, rstd = fastln.layer_norm(
+                placed(x, shift), placed(w, shift), b, out=y, return_stats=True
+            )
+            np.testing.assert_array_equal(y, want, err_msg=f"shift {shift}")
+            np.testing.assert_array_equal(mean, want_mean, err_msg=f"shift {shift}")
+            np.testing.assert_array_equal(rstd, want_rstd, err_msg=f"shift {shift}")
+            xs = placed(x, shift)
+            fastln.layer_norm(xs, w, b, out=xs)
+            np.testing.assert_array_equal(xs, want, err_msg=f"in place, shift {shift}")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_banded_rows_any_thread_count(isa, rng, dtype):
     # Each thread bands its own block of rows; the groups then start elsewhere, the result not.
     rows, cols = 37, 4100
