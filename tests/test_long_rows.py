@@ -95,10 +95,10 @@ def test_banded_rows_in_place_strided_and_misaligned(isa, rng, dtype):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("cols", [4096, 3000])
 def test_banded_rows_do_not_depend_on_where_x_lies(isa, rng, placed, dtype, cols):
-    # Where every row of x starts at the same place within a vector, the bands after the first
-    # start on a vector boundary of x, so that their loads are aligned: the bands then cut the rows
-    # elsewhere, and each value must come out the same (rows of 4096 values, whose byte length is
-    # a multiple of every vector; 3000 float32 values are not, and keep the bands at 0).
+    # Where every row of x starts at the same place within a vector (the row's bytes a whole
+    # number of vectors), the bands after the first start on a vector boundary of x, so that their
+    # loads are aligned: the bands then cut the rows elsewhere, and each value must come out the
+    # same. 3000 float32 values are whole AVX2 vectors but not AVX-512 ones, whose bands stay put.
     x = _rows(rng, 9, cols, dtype)
     w = rng.standard_normal(cols).astype(dtype)
     b = rng.standard_normal(cols).astype(dtype)
