@@ -212,10 +212,12 @@ def test_fast_path_matches_general_path_bitwise(isa, rng, dtype, shape):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("cols", [300, 768, 1031])
+@pytest.mark.parametrize("cols", [64, 256, 300, 768, 1031, 2304])
 def test_rows_do_not_depend_on_where_arrays_lie(isa, rng, placed, dtype, cols):
-    """With AVX-512 the sums of squares read rows that do not start on a cache line by loads put
-    together by permutes: the same bits wherever x, weight and y lie, and in place."""
+    """Rows of 1 KiB or more that do not start on a vector's boundary are read differently (AVX-512:
+    loads put together by permutes; AVX2, rows 16 bytes past 32: sums of squares from aligned
+    loads in rotated accumulators, over several flushes at 2304 values; both: the scaling pass
+    from x's first vector boundary): the same bits wherever x, weight and y lie, and in place."""
     line = 64 // np.dtype(dtype).itemsize
     x = (rng.standard_normal((10, cols)) * 3 + 1).astype(dtype)
     x[2] += 1e4

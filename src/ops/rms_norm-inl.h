@@ -12,14 +12,15 @@ FASTLN_OPS_BEGIN
 // steps. In float32 the rounding error is then that of a sum of kFlushSteps terms per lane, not of
 // n / (kAcc * N): rows of 65536 values at an offset of 1e4 keep their sum of squares to ~1e-7
 // relative, while the inner loop stays at full float width.
+constexpr int64_t kFlushSteps = 32;
+
 template <class T, int K, class VecTerm, class TailTerm>
 inline void RowSums(int64_t n, VecTerm vec_term, TailTerm tail_term, double *out) {
   using S = Simd<T>;
   using V = typename S::V;
   constexpr int N = S::N;
-  constexpr int kAcc = 4;
+  static_assert(kAcc == 4, "the tree below adds four");
   constexpr int64_t kStep = int64_t(kAcc) * N;
-  constexpr int64_t kFlushSteps = 32;
 
   for (int k = 0; k < K; ++k) out[k] = 0.0;
   const int64_t nsteps = n / kStep;
@@ -39,8 +40,68 @@ inline void RowSums(int64_t n, VecTerm vec_term, TailTerm tail_term, double *out
   for (; i < n; ++i) tail_term(i, out);
 }
 
+// RowSums' sum of squares (K = 1) for rows that start half a vector past an aligned one
+// (HalvesOf), from aligned loads alone, with the accumulators kept rotated as in SumHalves
+// (ops/layer_norm-inl.h): each square goes to the lane and in the order it has in RowSums, so the
+// sum is the same, bit for bit. A flush takes the lower half of its last step's last aligned
+// vector; the upper half starts the next chunk.
+template <class Src>
+inline double SquaresByHalves(const Src &src, int64_t n) {
+  using S = typename Src::S;
+  using V = typename S::V;
+  constexpr int N = S::N;
+  constexpr int64_t kStep = int64_t(kAcc) * N;
+  const auto *const line = src.line;
+  const int64_t nsteps = n / kStep;
+  V r[kAcc], u[kAcc];
+  for (int a = 0; a < kAcc; ++a) r[a] = S::Zero();
+  {
+    const V v = S::HighHalf(S::LoadAligned(line));  // its lower half lies before the row
+    r[0] = S::Mul(v, v);
+  }
+  double out = 0.0;
+  for (int64_t s0 = 0; s0 < nsteps; s0 += kFlushSteps) {
+    const int64_t end = s0 + Min(nsteps - s0, kFlushSteps);
+    for (int64_t t = s0; t < end; ++t) {
+      const auto *const p = line + t * kStep;
+      for (int a = 1; a < kAcc; ++a) {
+        const V v = S::LoadAligned(p + a * N);
+        r[a] = S::MulAdd(v, v, r[a]);
+      }
+      const V v = S::LoadAligned(p + kStep);
+      if (t + 1 < end) {
+        r[0] = S::MulAdd(v, v, r[0]);
+      } else {
+        const V lo = S::LowHalf(v), hi = S::HighHalf(v);
+        r[0] = S::MulAdd(lo, lo, r[0]);
+        for (int a = 0; a < kAcc; ++a) u[a] = S::Join(r[a], r[(a + 1) % kAcc]);
+        out += S::ReduceSumDouble(S::Add(S::Add(u[0], u[1]), S::Add(u[2], u[3])));
+        r[0] = S::Mul(hi, hi);
+        for (int a = 1; a < kAcc; ++a) r[a] = S::Zero();
+      }
+    }
+  }
+  for (int64_t i = nsteps * kStep; i < n; ++i) {
+    const double v = double(src.At(i));
+    out += v * v;
+  }
+  return out;
+}
+
+// From what row length the RMS norm reads rows that start past a vector's boundary as RealignRows
+// says (AVX2: SquaresByHalves; both: ScaleRow's peel). Shorter rows ran 2-5% slower that way
+// (float32 2048x64 and 8192x64, x 16 bytes past a line). Measured on an AMD EPYC (Zen 5) guest,
+// libfastln through ctypes, with weight, 1 thread, both builds in one process, best of 21 rounds
+// (11: float64, AVX-512), x, y and weight 16 bytes past a line, against the build where every
+// such row took RealignedRowOf's permutes and an unaligned scaling pass: AVX2 float32 128x768
+// 10.37 -> 9.62 us, 128x1024 13.25 -> 12.38, 256x1536 41.23 -> 35.21, and rows now under this
+// (unaligned loads) 2048x64 24.61 -> 23.01, 512x200 14.48 -> 12.96; float64 128x768 20.74 ->
+// 17.36, 128x1024 26.43 -> 22.47; AVX-512 float32 128x768 8.62 -> 7.79, 256x1536 38.25 -> 33.24,
+// 2048x64 27.82 -> 26.69. Aligned rows within 1.3% either way.
+constexpr int64_t kAlignRowBytes = 1024;
+
 // y = x * rstd (* w), x and y stored in format St.
-template <class St, bool kW>
+template <class St, bool kW, bool kPeel = false>
 inline void ScaleRow(const typename St::E *x, typename St::E *y, int64_t n,
                      const typename St::T *w, typename St::T rstd) {
   using T = typename St::T;
@@ -53,7 +114,22 @@ inline void ScaleRow(const typename St::E *x, typename St::E *y, int64_t n,
     if (kW) u = S::Mul(u, S::Load(w + i));
     St::StoreY(y + i, u);
   };
+  auto scalar = [&](int64_t i) {
+    T u = St::ToT(x[i]) * rstd;
+    if (kW) u = u * w[i];
+    y[i] = St::FromT(u);
+  };
+  // kPeel (rows RealignRows takes, of kAlignRowBytes or more): the vectors start at x's first
+  // vector boundary, the values before it one at a time (the same two roundings as a lane), so
+  // that no load of x crosses a line.
   int64_t i = 0;
+  if (kPeel && St::kNative) {
+    constexpr int64_t kV = int64_t(sizeof(V)), kE = int64_t(sizeof(typename St::E));
+    const int64_t at = int64_t(reinterpret_cast<uintptr_t>(x) % kV);
+    if (at % kE == 0) {
+      for (const int64_t h = Min(n, (kV - at) % kV / kE); i < h; ++i) scalar(i);
+    }
+  }
   for (; i + 4 * N <= n; i += 4 * N) {
     one(i);
     one(i + N);
@@ -61,11 +137,7 @@ inline void ScaleRow(const typename St::E *x, typename St::E *y, int64_t n,
     one(i + 3 * N);
   }
   for (; i + N <= n; i += N) one(i);
-  for (; i < n; ++i) {
-    T u = St::ToT(x[i]) * rstd;
-    if (kW) u = u * w[i];
-    y[i] = St::FromT(u);
-  }
+  for (; i < n; ++i) scalar(i);
 }
 
 // The exact path, for rows the fast path cannot take: NaN or Inf in the row (the whole row becomes
@@ -102,7 +174,8 @@ inline double RmsExactRow(const typename St::E *x, typename St::E *y, int64_t n,
 
 // y = x / sqrt(mean(x^2) + eps) * w: one read of the row for the sum of squares, one to scale it.
 // With kRes that first read is the residual add (see FirstRead), and the scaling reads h. With
-// kRealign the first read is by RealignedRowOf (same values; see RealignRows).
+// kRealign (rows of kAlignRowBytes or more) the first read is by RealignedRowOf (same values; see
+// RealignRows), and with AVX2 by aligned loads alone (SquaresByHalves).
 template <class St, bool kRes, bool kW, bool kRealign = false>
 void RmsNormRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0,
                   int64_t r1) {
@@ -119,22 +192,26 @@ void RmsNormRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t 
     const E *x = xs + r * lds;
     E *y = a.y + r * a.ldy;
     double ss;
-    RowSums<T, 1>(
-        n,
-        [&src](int64_t i, V *acc) {
-          const V v = src.Load(i);
-          acc[0] = S::MulAdd(v, v, acc[0]);
-        },
-        [&src](int64_t i, double *out) {
-          const double v = double(src.At(i));
-          out[0] += v * v;
-        },
-        &ss);
+    if constexpr (HalvesOf<typename First::Src>::value) {
+      ss = SquaresByHalves(src, n);
+    } else {
+      RowSums<T, 1>(
+          n,
+          [&src](int64_t i, V *acc) {
+            const V v = src.Load(i);
+            acc[0] = S::MulAdd(v, v, acc[0]);
+          },
+          [&src](int64_t i, double *out) {
+            const double v = double(src.At(i));
+            out[0] += v * v;
+          },
+          &ss);
+    }
     const double ms = ss / double(n);
     double rstd;
     if (IsFinite(ms) && ms + a.eps >= TinyVar<T>()) {
       rstd = 1.0 / Sqrt(ms + a.eps);
-      ScaleRow<St, kW>(x, y, n, a.weight, T(rstd));
+      ScaleRow<St, kW, kRealign>(x, y, n, a.weight, T(rstd));
     } else {
       rstd = RmsExactRow<St>(x, y, n, a.weight, a.eps);
     }
@@ -152,7 +229,7 @@ void RmsNormRowsOf(const AddNormArgs<typename St::E, typename St::T> &a, int64_t
     return RmsNormRowsT<St, true, false>(a, r0, r1);
   }
   if constexpr (RealignOf<Simd<typename St::T>>::value && St::kNative) {
-    if (RealignRows<St>(a)) {
+    if (RealignRows<St>(a) && a.cols * int64_t(sizeof(typename St::E)) >= kAlignRowBytes) {
       if (a.weight) return RmsNormRowsT<St, false, true, true>(a, r0, r1);
       return RmsNormRowsT<St, false, false, true>(a, r0, r1);
     }
