@@ -281,9 +281,11 @@ struct RealignedRowOf {
       : x(x_), ahead(ahead_),
         line(x_ - (reinterpret_cast<uintptr_t>(x_) % sizeof(V)) / sizeof(E)),
         next(x_ == line ? 0 : N), idx(S::RealignIdx(int(x_ - line))) {}
-  // Without kRealignAnyOffset x never starts a vector, and a constant N lets the compiler share
-  // one aligned load between neighbouring vectors. The prefetches go from line, not x (the same
-  // lines, give or take the last): fewer registers live in the loop, where GCC had spilled x.
+  // Without kRealignAnyOffset x never starts a vector, so the second load is a constant N on.
+  // (GCC still loaded most aligned vectors twice in a loop of these, once more as the permute's
+  // memory operand: the sums over whole blocks no longer come here on AVX2; see HalvesOf.) The
+  // prefetches go from line, not x (the same lines, give or take the last): fewer registers live
+  // in the loop, where GCC had spilled x.
   FASTLN_INLINE V Load(int64_t i) const {
     return S::LoadRealigned(line + i, line + i + (S::kRealignAnyOffset ? next : N), idx);
   }
@@ -291,8 +293,9 @@ struct RealignedRowOf {
   void Prefetch(int64_t i, int64_t n) const { PrefetchAhead(line + i, n, ahead); }
 };
 
-// Whether RowMoments sums the rows Src reads in its halves form, from aligned loads alone: AVX2's
-// RealignedRowOf, whose rows start half a vector past an aligned one.
+// Whether the sums over rows Src reads take their halves form, from aligned loads alone
+// (RowMoments' SumHalves, the RMS norm's SquaresByHalves): AVX2's RealignedRowOf, whose rows start
+// half a vector past an aligned one.
 template <class Src>
 struct HalvesOf {
   static constexpr bool value = false;
@@ -301,6 +304,15 @@ template <class St>
 struct HalvesOf<RealignedRowOf<St>> {
   static constexpr bool value = !St::S::kRealignAnyOffset;
 };
+
+// Values of a row at x before its first boundary of Simd<T>'s vector, at most n; 0 when x is not
+// on its element's boundary. Passes that start their vectors there load no vector across a line.
+template <class T, class E>
+inline int64_t ValuesToVector(const E *x, int64_t n) {
+  constexpr int64_t kV = int64_t(sizeof(typename Simd<T>::V)), kE = int64_t(sizeof(E));
+  const int64_t at = int64_t(reinterpret_cast<uintptr_t>(x) % kV);
+  return at % kE == 0 ? Min(n, (kV - at) % kV / kE) : 0;
+}
 
 // Whether rows of x (a native format) should be read by RealignedRowOf. AVX-512: the rows do not
 // all start on a line but each starts on its element (NumPy's aligned arrays; the C API might pass
@@ -314,8 +326,8 @@ struct HalvesOf<RealignedRowOf<St>> {
 // both builds in one process, best of 15 rounds, 2026-12-03; x,y,w,b offsets in bytes): float32
 // 128x768 at 16,16,16,16 12.77 -> 12.10 us, at 48,16,16,48 13.54 -> 11.93, 128x1024 18.17 ->
 // 16.91, 256x1536 53.60 -> 48.71; float64 128x768 26.58 -> 23.45; aligned rows unchanged (9.77 and
-// 9.62 at 128x768). rms_norm within 4% either way. The layer norm's statistics now sum such rows
-// from aligned loads alone (SumHalves), which closed most of what was left.
+// 9.62 at 128x768); rms_norm then within 4% either way. The sums over such rows now take aligned
+// loads alone (HalvesOf), which closed most of what was left.
 template <class St, class A>
 inline bool RealignRows(const A &a) {
   using S = Simd<typename St::T>;

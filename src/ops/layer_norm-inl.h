@@ -788,14 +788,8 @@ void LayerNormRowsBanded(const AddNormArgs<typename St::E, typename St::T> &a, i
   // 8x16384 34.47 -> 31.90, 128x1024 34.42 -> 31.58, 16x4096 16.24 -> 14.82; AVX-512 float32
   // 8x16384 15.28 -> 13.61, 128x4096 65.06 -> 61.85. Rows on a line boundary 0.7-3.6% slower in
   // the same runs (AVX2), about this guest's noise.
-  int64_t first = 0;
-  {
-    constexpr int64_t kV = int64_t(sizeof(typename Simd<T>::V));
-    const int64_t at = int64_t(reinterpret_cast<uintptr_t>(xs) % kV);
-    if (St::kNative && at % int64_t(sizeof(E)) == 0 && (lds * int64_t(sizeof(E))) % kV == 0) {
-      first = (kV - at) % kV / int64_t(sizeof(E));
-    }
-  }
+  const bool same = (lds * int64_t(sizeof(E))) % int64_t(sizeof(typename Simd<T>::V)) == 0;
+  const int64_t first = St::kNative && same ? ValuesToVector<T>(xs, n) : 0;
   // Per row of the group: 0 done (the exact path), 1 short form, 2 split form.
   int kind[kBandRows];
   T hi[kBandRows], c[kBandRows], rs[kBandRows];

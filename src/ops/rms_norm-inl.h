@@ -124,11 +124,7 @@ inline void ScaleRow(const typename St::E *x, typename St::E *y, int64_t n,
   // that no load of x crosses a line.
   int64_t i = 0;
   if (kPeel && St::kNative) {
-    constexpr int64_t kV = int64_t(sizeof(V)), kE = int64_t(sizeof(typename St::E));
-    const int64_t at = int64_t(reinterpret_cast<uintptr_t>(x) % kV);
-    if (at % kE == 0) {
-      for (const int64_t h = Min(n, (kV - at) % kV / kE); i < h; ++i) scalar(i);
-    }
+    for (const int64_t h = ValuesToVector<T>(x, n); i < h; ++i) scalar(i);
   }
   for (; i + 4 * N <= n; i += 4 * N) {
     one(i);
