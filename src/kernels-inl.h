@@ -283,7 +283,7 @@ struct RealignedRowOf {
         next(x_ == line ? 0 : N), idx(S::RealignIdx(int(x_ - line))) {}
   // Without kRealignAnyOffset x never starts a vector, so the second load is a constant N on.
   // (GCC still loaded most aligned vectors twice in a loop of these, once more as the permute's
-  // memory operand: the sums over whole blocks no longer come here on AVX2; see HalvesOf.) The
+  // memory operand: the sums over whole blocks no longer come here; see RotatedSumsOf.) The
   // prefetches go from line, not x (the same lines, give or take the last): fewer registers live
   // in the loop, where GCC had spilled x.
   FASTLN_INLINE V Load(int64_t i) const {
@@ -293,16 +293,15 @@ struct RealignedRowOf {
   void Prefetch(int64_t i, int64_t n) const { PrefetchAhead(line + i, n, ahead); }
 };
 
-// Whether the sums over rows Src reads take their halves form, from aligned loads alone
-// (RowMoments' SumHalves, the RMS norm's SquaresByHalves): AVX2's RealignedRowOf, whose rows start
-// half a vector past an aligned one.
+// Whether the sums over rows Src reads take their rotated form, from aligned loads alone
+// (RowMoments' SumRotated, the RMS norm's SquaresRotated): RealignedRowOf's rows.
 template <class Src>
-struct HalvesOf {
+struct RotatedSumsOf {
   static constexpr bool value = false;
 };
 template <class St>
-struct HalvesOf<RealignedRowOf<St>> {
-  static constexpr bool value = !St::S::kRealignAnyOffset;
+struct RotatedSumsOf<RealignedRowOf<St>> {
+  static constexpr bool value = true;
 };
 
 // Values of a row at x before its first boundary of Simd<T>'s vector, at most n; 0 when x is not
@@ -327,7 +326,7 @@ inline int64_t ValuesToVector(const E *x, int64_t n) {
 // 128x768 at 16,16,16,16 12.77 -> 12.10 us, at 48,16,16,48 13.54 -> 11.93, 128x1024 18.17 ->
 // 16.91, 256x1536 53.60 -> 48.71; float64 128x768 26.58 -> 23.45; aligned rows unchanged (9.77 and
 // 9.62 at 128x768); rms_norm then within 4% either way. The sums over such rows now take aligned
-// loads alone (HalvesOf), which closed most of what was left.
+// loads alone (RotatedSumsOf), which closed most of what was left.
 template <class St, class A>
 inline bool RealignRows(const A &a) {
   using S = Simd<typename St::T>;

@@ -48,29 +48,44 @@ struct NoJob {
   void Rest() const {}
 };
 
-// RowMoments' blocks (the sums about zero) for rows that start half a vector past an aligned one
-// (HalvesOf), from aligned loads alone. Aligned vector m holds the upper half of the row's vector
-// m - 1 and the lower half of its vector m. Accumulator a is kept rotated, in R[a]: its upper half
-// is a's lower half, its lower half a - 1's upper half; adding aligned vector m to R[m % kAcc] then
-// adds every value to the lane it has in RowMoments' other loop, in the same order: the same sums,
-// bit for bit (the zeros they start from give +0 where a lane adds only -0, and the mean's + 0
-// makes any zero +0). Join puts the accumulators back at each fold of kChunk blocks, which takes
-// only the lower half of the block's last aligned vector, and at the end. Each aligned vector is
-// loaded once, with no permute in the loop. RealignedRowOf's Load took a vperm2f128 a vector, and
-// GCC loaded most aligned vectors twice (once more as the permute's memory operand; callgrind's
-// listing of the loop), 8 loads a block where aligned rows take 4. Measured on an AMD EPYC (Zen 5)
-// guest, libfastln through ctypes, weight and bias, 1 thread, both builds in one process, best of
-// 15 rounds (x,y,w,b offsets in bytes; permutes -> halves): float32 128x768 at 16,16,16,16 11.78 ->
-// 10.10 us, at 48,16,16,48 12.07 -> 10.06 (aligned 9.80 and 9.46), 128x1024 15.99 -> 14.30,
-// 256x1536 45.19 -> 39.31; float64 (11 rounds) 128x768 22.97 -> 20.46, 64x272 4.39 -> 3.99.
+// RowMoments' blocks (the sums about zero) for rows read by RealignedRowOf (RotatedSumsOf), which
+// start h values past an aligned vector (AVX2: h = N / 2; AVX-512: any h), from aligned loads
+// alone. Aligned vector m holds the upper h lanes of the row's vector m - 1 in its lanes [0, h)
+// and the lower N - h of its vector m in [h, N). Accumulator a is kept rotated, in R[a]: lanes
+// [h, N) hold a's lanes [0, N - h), lanes [0, h) hold a - 1's upper h; adding aligned vector m to
+// R[m % kAcc] then adds every value to the lane it has in RowMoments' other loop, in the same
+// order: the same sums, bit for bit (the zeros they start from give +0 where a lane adds only -0,
+// and the mean's + 0 makes any zero +0). JoinAt puts the accumulators back at each fold of kChunk
+// blocks, which takes only the lanes [0, h) of the block's last aligned vector, and at the end.
+// Each aligned vector is loaded once, with no permute in the loop. RealignedRowOf's Load took a
+// permute a vector, and GCC loaded most aligned vectors twice (once more as the permute's memory
+// operand; callgrind's listing of the loop), 8 loads a block where aligned rows take 4. Measured
+// on an AMD EPYC (Zen 5) guest, libfastln through ctypes, weight and bias, 1 thread, both builds
+// in one process, best of 15 rounds (x,y,w,b offsets in bytes; permutes -> rotated): AVX2 float32
+// 128x768 at 16,16,16,16 11.78 -> 10.10 us, at 48,16,16,48 12.07 -> 10.06 (aligned 9.80 and
+// 9.46), 128x1024 15.99 -> 14.30, 256x1536 45.19 -> 39.31; float64 (11 rounds) 128x768 22.97 ->
+// 20.46, 64x272 4.39 -> 3.99. AVX-512 float32 (2026-12-04): 128x1024 at 16,16,16,16 12.21 ->
+// 11.91, at 48,16,16,48 13.75 -> 13.21, 256x1536 39.05 -> 37.36 and 42.32 -> 38.69, 2048x768
+// 162.30 -> 153.24 at 48,16,16,48; 128x768 and 1024x768 within 2%. There, a test of h at run time
+// that sent rows on a vector's boundary to the other loop made 1024x768 and 2048x768 (x from L3)
+// 1.4x slower at 16,16,16,16 (74.7 -> 103.6 and 146.7 -> 207.2 us): such rows take this loop too.
 template <class Src, class Job>
-FASTLN_INLINE void SumHalves(const Src &src, int64_t nblocks, bool prefetch, const Job &job,
+FASTLN_INLINE void SumRotated(const Src &src, int64_t nblocks, bool prefetch, const Job &job,
                              typename Src::S::V *ssum, typename Src::S::V *qsum) {
   using S = typename Src::S;
   using V = typename S::V;
   constexpr int N = S::N;
   constexpr int64_t kBlock = int64_t(kAcc) * N;
   const auto *const line = src.line;
+  // A row on a vector's boundary (AVX-512 rows whose stride is not whole lines) is taken as one
+  // that starts a whole vector past the aligned one before it: h = N, every aligned vector read
+  // one later, and no first load (the one before the row may not be mapped).
+  const int h = src.x == line ? N : int(src.x - line);
+  const int64_t back = h == N ? N : 0;
+  const auto idx = S::RealignIdx(h);
+  auto load = [&](int64_t i) __attribute__((always_inline)) {
+    return S::LoadAligned(line + (i - back));
+  };
   V r[kAcc], rq[kAcc], u[kAcc];
   for (int a = 0; a < kAcc; ++a) r[a] = rq[a] = S::Zero();
   V Q = S::Zero();
@@ -79,18 +94,18 @@ FASTLN_INLINE void SumHalves(const Src &src, int64_t nblocks, bool prefetch, con
     rq[a] = S::MulAdd(v, v, rq[a]);
   };
   auto join = [&](const V *from) __attribute__((always_inline)) {
-    for (int a = 0; a < kAcc; ++a) u[a] = S::Join(from[a], from[(a + 1) % kAcc]);
+    for (int a = 0; a < kAcc; ++a) u[a] = S::JoinAt(from[a], from[(a + 1) % kAcc], idx);
   };
   if (prefetch) src.Prefetch(0, kBlock);
-  add(0, S::HighHalf(S::LoadAligned(line)));  // its lower half lies before the row
+  if (h < N) add(0, S::HighPart(S::LoadAligned(line), h));  // its lower lanes lie before the row
   for (int64_t j = 0; j < nblocks; ++j) {
     if (j > 0 && prefetch) src.Prefetch(j * kBlock, kBlock);
-    const auto *const p = line + j * kBlock;
-    for (int a = 1; a < kAcc; ++a) add(a, S::LoadAligned(p + a * N));
-    V v = S::LoadAligned(p + kBlock);  // its upper half is the next block's
-    if (j + 1 == nblocks) v = S::LowHalf(v);
+    const int64_t p = j * kBlock;
+    for (int a = 1; a < kAcc; ++a) add(a, load(p + a * N));
+    V v = load(p + kBlock);  // its upper lanes are the next block's
+    if (j + 1 == nblocks) v = S::LowPart(v, h);
     if (j % kChunk == 0 && j > 0) {  // where RowMoments' other loop folds
-      const V lo = S::LowHalf(v), hi = S::HighHalf(v);
+      const V lo = S::LowPart(v, h), hi = S::HighPart(v, h);
       r[0] = S::Add(r[0], v);
       rq[0] = S::MulAdd(lo, lo, rq[0]);
       join(rq);
@@ -132,8 +147,8 @@ inline Moments RowMoments(const Src &src, int64_t n, typename Src::T pivot, cons
   double Qd = 0.0;
   int64_t pos = 0;     // index of the next block
   V ssum = S::Zero(), qsum = S::Zero();
-  if constexpr (!kShift && HalvesOf<Src>::value) {
-    if (nblocks > 0) SumHalves(src, nblocks, prefetch, job, &ssum, &qsum);
+  if constexpr (!kShift && RotatedSumsOf<Src>::value) {
+    if (nblocks > 0) SumRotated(src, nblocks, prefetch, job, &ssum, &qsum);
     pos = nblocks * kBlock;
   } else {
     // Per-lane sums of x - k and of its squares. Zeroed though every path that reads them

@@ -40,41 +40,44 @@ inline void RowSums(int64_t n, VecTerm vec_term, TailTerm tail_term, double *out
   for (; i < n; ++i) tail_term(i, out);
 }
 
-// RowSums' sum of squares (K = 1) for rows that start half a vector past an aligned one
-// (HalvesOf), from aligned loads alone, with the accumulators kept rotated as in SumHalves
-// (ops/layer_norm-inl.h): each square goes to the lane and in the order it has in RowSums, so the
-// sum is the same, bit for bit. A flush takes the lower half of its last step's last aligned
-// vector; the upper half starts the next chunk.
+// RowSums' sum of squares (K = 1) for rows read by RealignedRowOf (RotatedSumsOf), from aligned
+// loads alone, with the accumulators kept rotated as in SumRotated (ops/layer_norm-inl.h): each
+// square goes to the lane and in the order it has in RowSums, so the sum is the same, bit for bit.
+// A flush takes lanes [0, h) of its last step's last aligned vector; lanes [h, N) start the next
+// chunk.
 template <class Src>
-inline double SquaresByHalves(const Src &src, int64_t n) {
+inline double SquaresRotated(const Src &src, int64_t n) {
   using S = typename Src::S;
   using V = typename S::V;
   constexpr int N = S::N;
   constexpr int64_t kStep = int64_t(kAcc) * N;
   const auto *const line = src.line;
+  const int h = src.x == line ? N : int(src.x - line);  // see SumRotated
+  const int64_t back = h == N ? N : 0;
+  const auto idx = S::RealignIdx(h);
   const int64_t nsteps = n / kStep;
   V r[kAcc], u[kAcc];
   for (int a = 0; a < kAcc; ++a) r[a] = S::Zero();
-  {
-    const V v = S::HighHalf(S::LoadAligned(line));  // its lower half lies before the row
+  if (h < N) {
+    const V v = S::HighPart(S::LoadAligned(line), h);  // its lower lanes lie before the row
     r[0] = S::Mul(v, v);
   }
   double out = 0.0;
   for (int64_t s0 = 0; s0 < nsteps; s0 += kFlushSteps) {
     const int64_t end = s0 + Min(nsteps - s0, kFlushSteps);
     for (int64_t t = s0; t < end; ++t) {
-      const auto *const p = line + t * kStep;
+      const int64_t p = t * kStep - back;
       for (int a = 1; a < kAcc; ++a) {
-        const V v = S::LoadAligned(p + a * N);
+        const V v = S::LoadAligned(line + (p + a * N));
         r[a] = S::MulAdd(v, v, r[a]);
       }
-      const V v = S::LoadAligned(p + kStep);
+      const V v = S::LoadAligned(line + (p + kStep));
       if (t + 1 < end) {
         r[0] = S::MulAdd(v, v, r[0]);
       } else {
-        const V lo = S::LowHalf(v), hi = S::HighHalf(v);
+        const V lo = S::LowPart(v, h), hi = S::HighPart(v, h);
         r[0] = S::MulAdd(lo, lo, r[0]);
-        for (int a = 0; a < kAcc; ++a) u[a] = S::Join(r[a], r[(a + 1) % kAcc]);
+        for (int a = 0; a < kAcc; ++a) u[a] = S::JoinAt(r[a], r[(a + 1) % kAcc], idx);
         out += S::ReduceSumDouble(S::Add(S::Add(u[0], u[1]), S::Add(u[2], u[3])));
         r[0] = S::Mul(hi, hi);
         for (int a = 1; a < kAcc; ++a) r[a] = S::Zero();
@@ -89,7 +92,7 @@ inline double SquaresByHalves(const Src &src, int64_t n) {
 }
 
 // From what row length the RMS norm reads rows that start past a vector's boundary as RealignRows
-// says (AVX2: SquaresByHalves; both: ScaleRow's peel). Shorter rows ran 2-5% slower that way
+// says (SquaresRotated and ScaleRow's peel). Shorter rows ran 2-5% slower that way
 // (float32 2048x64 and 8192x64, x 16 bytes past a line). Measured on an AMD EPYC (Zen 5) guest,
 // libfastln through ctypes, with weight, 1 thread, both builds in one process, best of 21 rounds
 // (11: float64, AVX-512), x, y and weight 16 bytes past a line, against the build where every
@@ -171,7 +174,7 @@ inline double RmsExactRow(const typename St::E *x, typename St::E *y, int64_t n,
 // y = x / sqrt(mean(x^2) + eps) * w: one read of the row for the sum of squares, one to scale it.
 // With kRes that first read is the residual add (see FirstRead), and the scaling reads h. With
 // kRealign (rows of kAlignRowBytes or more) the first read is by RealignedRowOf (same values; see
-// RealignRows), and with AVX2 by aligned loads alone (SquaresByHalves).
+// RealignRows), by aligned loads alone (SquaresRotated).
 template <class St, bool kRes, bool kW, bool kRealign = false>
 void RmsNormRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0,
                   int64_t r1) {
@@ -188,8 +191,8 @@ void RmsNormRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t 
     const E *x = xs + r * lds;
     E *y = a.y + r * a.ldy;
     double ss;
-    if constexpr (HalvesOf<typename First::Src>::value) {
-      ss = SquaresByHalves(src, n);
+    if constexpr (RotatedSumsOf<typename First::Src>::value) {
+      ss = SquaresRotated(src, n);
     } else {
       RowSums<T, 1>(
           n,

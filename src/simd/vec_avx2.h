@@ -31,13 +31,15 @@ struct Simd<float> {
   static inline V LoadRealigned(const float *lo, const float *hi, Idx) {
     return Join(_mm256_load_ps(lo), _mm256_load_ps(hi));
   }
-  // For sums over such rows from aligned loads alone (RowMoments' halves form): a's upper half
-  // then b's lower half; a vector with one half zeroed (a blend, so the other lanes stay as they
-  // are, NaN included).
+  // For sums over such rows from aligned loads alone (RotatedSumsOf in kernels-inl.h), rows h
+  // values past an aligned vector, here always N / 2: a's lanes [h, N) then b's [0, h); a vector
+  // with only lanes [0, h) or [h, N) kept, the others zeroed (a blend, so the kept lanes stay as
+  // they are, NaN included).
   static inline V LoadAligned(const float *p) { return _mm256_load_ps(p); }
   static inline V Join(V a, V b) { return _mm256_permute2f128_ps(a, b, 0x21); }
-  static inline V LowHalf(V a) { return _mm256_blend_ps(a, _mm256_setzero_ps(), 0xF0); }
-  static inline V HighHalf(V a) { return _mm256_blend_ps(a, _mm256_setzero_ps(), 0x0F); }
+  static inline V JoinAt(V a, V b, Idx) { return Join(a, b); }
+  static inline V LowPart(V a, int) { return _mm256_blend_ps(a, _mm256_setzero_ps(), 0xF0); }
+  static inline V HighPart(V a, int) { return _mm256_blend_ps(a, _mm256_setzero_ps(), 0x0F); }
   static inline void Store(float *p, V v) { _mm256_storeu_ps(p, v); }
   // Non-temporal store; p aligned to sizeof(V). StreamFence orders such stores before later ones.
   static inline void StoreStream(float *p, V v) { _mm256_stream_ps(p, v); }
@@ -150,8 +152,9 @@ struct Simd<double> {
   }
   static inline V LoadAligned(const double *p) { return _mm256_load_pd(p); }  // see Simd<float>
   static inline V Join(V a, V b) { return _mm256_permute2f128_pd(a, b, 0x21); }
-  static inline V LowHalf(V a) { return _mm256_blend_pd(a, _mm256_setzero_pd(), 0xC); }
-  static inline V HighHalf(V a) { return _mm256_blend_pd(a, _mm256_setzero_pd(), 0x3); }
+  static inline V JoinAt(V a, V b, Idx) { return Join(a, b); }
+  static inline V LowPart(V a, int) { return _mm256_blend_pd(a, _mm256_setzero_pd(), 0xC); }
+  static inline V HighPart(V a, int) { return _mm256_blend_pd(a, _mm256_setzero_pd(), 0x3); }
   static inline void Store(double *p, V v) { _mm256_storeu_pd(p, v); }
   static inline void StoreStream(double *p, V v) { _mm256_stream_pd(p, v); }
   static inline void StreamFence() { _mm_sfence(); }

@@ -36,6 +36,16 @@ struct Simd<float> {
   static inline V LoadRealigned(const float *lo, const float *hi, Idx idx) {
     return _mm512_permutex2var_ps(_mm512_load_ps(lo), idx, _mm512_load_ps(hi));
   }
+  // For sums over such rows from aligned loads alone (RotatedSumsOf in kernels-inl.h), rows h
+  // values past a line, any h in [1, N] (N: a row on a line, taken as a vector past the line
+  // before): a's lanes [h, N) then b's [0, h) (idx = RealignIdx(h)); a vector with only lanes
+  // [0, h) or [h, N) kept, the others zeroed (a masked move, so the kept lanes stay as they are).
+  static inline V LoadAligned(const float *p) { return _mm512_load_ps(p); }
+  static inline V JoinAt(V a, V b, Idx idx) { return _mm512_permutex2var_ps(a, idx, b); }
+  static inline V LowPart(V a, int h) { return _mm512_maskz_mov_ps(__mmask16((1u << h) - 1), a); }
+  static inline V HighPart(V a, int h) {
+    return _mm512_maskz_mov_ps(__mmask16(~((1u << h) - 1)), a);
+  }
   static inline void Store(float *p, V v) { _mm512_storeu_ps(p, v); }
   // Non-temporal store; p aligned to sizeof(V), which is one cache line here.
   static inline void StoreStream(float *p, V v) { _mm512_stream_ps(p, v); }
@@ -138,6 +148,10 @@ struct Simd<double> {
   static inline V LoadRealigned(const double *lo, const double *hi, Idx idx) {
     return _mm512_permutex2var_pd(_mm512_load_pd(lo), idx, _mm512_load_pd(hi));
   }
+  static inline V LoadAligned(const double *p) { return _mm512_load_pd(p); }  // see Simd<float>
+  static inline V JoinAt(V a, V b, Idx idx) { return _mm512_permutex2var_pd(a, idx, b); }
+  static inline V LowPart(V a, int h) { return _mm512_maskz_mov_pd(__mmask8((1u << h) - 1), a); }
+  static inline V HighPart(V a, int h) { return _mm512_maskz_mov_pd(__mmask8(~((1u << h) - 1)), a); }
   static inline void Store(double *p, V v) { _mm512_storeu_pd(p, v); }
   static inline void StoreStream(double *p, V v) { _mm512_stream_pd(p, v); }
   static inline void StreamFence() { _mm_sfence(); }

@@ -16,8 +16,9 @@ struct Simd {
   using V = T;
   static constexpr int N = 1;
   static inline V Load(const T *p) { return *p; }
-  // An ISA may add kRealign (true), kRealignAnyOffset, Idx, RealignIdx and LoadRealigned
-  // (vec_avx512.h, vec_avx2.h); the kernels then read misaligned rows by RealignedRowOf.
+  // An ISA may add kRealign (true), kRealignAnyOffset, Idx, RealignIdx and LoadRealigned, and
+  // with them LoadAligned, JoinAt, LowPart and HighPart (vec_avx512.h, vec_avx2.h); the kernels
+  // then read misaligned rows by RealignedRowOf and sum them by SumRotated.
   static inline void Store(T *p, V v) { *p = v; }
   // Non-temporal store where the ISA has one (p aligned to sizeof(V)); a plain store here.
   static inline void StoreStream(T *p, V v) { *p = v; }
