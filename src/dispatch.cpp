@@ -159,6 +159,34 @@ Vendor CpuVendor() {
   return Vendor::kOther;
 }
 
+// The L1 data cache of the core, in bytes, from cpuid (AMD: leaf 0x80000005; Intel: leaf 4's
+// level-1 data cache); 32 KiB where the CPU does not say.
+int64_t DetectL1dBytes() {
+#if defined(__x86_64__) || defined(_M_X64)
+  unsigned a, b, c, d;
+  switch (CpuVendor()) {
+    case Vendor::kAmd:
+      if (__get_cpuid(0x80000000, &a, &b, &c, &d) && a >= 0x80000005 &&
+          __get_cpuid(0x80000005, &a, &b, &c, &d) && (c >> 24) != 0) {
+        return int64_t(c >> 24) << 10;
+      }
+      break;
+    case Vendor::kIntel:
+      for (unsigned k = 0; k < 8 && __get_cpuid_count(4, k, &a, &b, &c, &d); ++k) {
+        if ((a & 0x1f) == 0) break;                          // no more caches
+        if ((a & 0x1f) == 1 && ((a >> 5) & 0x7) == 1) {      // data cache, level 1
+          return int64_t((b >> 22) + 1) * (((b >> 12) & 0x3ff) + 1) * ((b & 0xfff) + 1) *
+                 (int64_t(c) + 1);
+        }
+      }
+      break;
+    default:
+      break;
+  }
+#endif
+  return int64_t(32) << 10;
+}
+
 // ---- when y is written with non-temporal stores ------------------------------------------------
 //
 // Streaming stores skip reading each line of y before writing it (a third of the memory traffic
@@ -275,6 +303,11 @@ int64_t StreamBytes(bool native, bool split, bool long_rows) {
   if (!native) return p.half;
   if (split) return std::max(p.native_split, long_rows ? p.native_long : p.native);
   return long_rows ? p.native_long : p.native;
+}
+
+int64_t L1dBytes() {
+  static const int64_t bytes = DetectL1dBytes();
+  return bytes;
 }
 
 int64_t BandRowBytes(bool native) {

@@ -16,6 +16,10 @@ namespace fastln {
 // so every ISA's kernels may call it.
 int64_t StreamBytes(bool native, bool split, bool long_rows);
 
+// The size of a core's L1 data cache, in bytes (dispatch.cpp: cpuid; 32 KiB where the CPU does
+// not say).
+int64_t L1dBytes();
+
 // The row length, in bytes, from which the layer norm's normalize pass runs in column bands across
 // groups of rows, for rows of float or double (native) or of 16-bit values (dispatch.cpp;
 // fastln_set_band_bytes; INT64_MAX: never).
