@@ -151,7 +151,9 @@ struct Simd<double> {
   static inline V LoadAligned(const double *p) { return _mm512_load_pd(p); }  // see Simd<float>
   static inline V JoinAt(V a, V b, Idx idx) { return _mm512_permutex2var_pd(a, idx, b); }
   static inline V LowPart(V a, int h) { return _mm512_maskz_mov_pd(__mmask8((1u << h) - 1), a); }
-  static inline V HighPart(V a, int h) { return _mm512_maskz_mov_pd(__mmask8(~((1u << h) - 1)), a); }
+  static inline V HighPart(V a, int h) {
+    return _mm512_maskz_mov_pd(__mmask8(~((1u << h) - 1)), a);
+  }
   static inline void Store(double *p, V v) { _mm512_storeu_pd(p, v); }
   static inline void StoreStream(double *p, V v) { _mm512_stream_pd(p, v); }
   static inline void StreamFence() { _mm_sfence(); }
