@@ -1307,14 +1307,21 @@ void ShortRowsA(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0
   return ShortRowsW<St, kRes, kStream, kTail>(a, r0, r1);
 }
 
-// With RealignedRowOf and plain stores, weight and bias are copied (per thread, per call) to where
-// they start at the same place within a line as every row of x, when those rows all do: after
-// PeelToX each load of the normalize pass then stays within one line. From kCongruentRows rows a
-// thread, so that the copy costs the call little; rows of kCongruentBytes or less (longer ones go
-// to the column bands on AMD CPUs). Measured only in a C loop of the normalize pass alone (AVX-512,
-// Zen 5 guest, 128x768, best of 31 rounds, two runs), x, y, weight and bias at 16, 16, 16, 16 bytes
-// past a line: 6.44 and 6.66 -> 3.67 and 3.94 us; at 16, 48, 32, 48: 7.84 and 8.28 -> 4.61 and
-// 6.23; not apart from the realigned statistics in the kernel itself.
+// Weight and bias are copied (per thread, per call) to where they start at the same place within a
+// line as every row of x, when those rows all do (with streamed y: as every row of y, where the
+// normalize pass's blocks start): each load of the normalize pass then stays within one line as
+// often as the loads of x do. From kCongruentRows rows a thread, so that the copy costs the call
+// little; rows of kCongruentBytes or less (longer ones go to the column bands on AMD CPUs).
+// Measured in a C loop of the normalize pass alone (AVX-512, Zen 5 guest, 128x768, best of 31
+// rounds, two runs), x, y, weight and bias at 16, 16, 16, 16 bytes past a line: 6.44 and 6.66 ->
+// 3.67 and 3.94 us; at 16, 48, 32, 48: 7.84 and 8.28 -> 4.61 and 6.23. With streamed y, and with x
+// on a line, there were no copies at first: on the same guest (2026-12-04, libfastln through
+// ctypes, float32, weight and bias, 1 thread, best of 6 or 7 rounds, order alternating; offsets of
+// x, y, weight and bias), AVX-512 8192x1024 at 16,16,32,48 1210.6 -> 977.2 us, 2048x1024 211.9 ->
+// 190.8 (through Python, where NumPy put the arrays, AVX-512 had been 1.7x AVX2's time at
+// 8192x1024 and is now even); AVX2 at 0,0,16,16 128x768 10.51 -> 9.79, 128x1024 13.83 -> 12.94,
+// 8192x768 685.6 -> 648.5, other placements within 2.5%. Copies of rows up to 16 KiB won
+// nothing more (2048x4096 and 1024x4096 streamed: 0.97-1.08 of the time without).
 constexpr int64_t kCongruentRows = 32, kCongruentBytes = 8192;
 
 template <class T>
@@ -1359,16 +1366,20 @@ void LayerNormRowsS(const AddNormArgs<typename St::E, typename St::T> &a, int64_
     if (a.weight) return LayerNormRowsBanded<St, kRes, true, false>(a, r0, r1);
     return LayerNormRowsBanded<St, kRes, false, true>(a, r0, r1);
   }
-  if constexpr (RealignOf<Simd<typename St::T>>::value && St::kNative && !kRes) {
-    if (RealignRows<St>(a)) {
-      using T = typename St::T;
-      AddNormArgs<typename St::E, T> c = a;
-      if (!kStream && (a.ldx * int64_t(sizeof(T))) % 64 == 0 && r1 - r0 >= kCongruentRows &&
-          a.cols * int64_t(sizeof(T)) <= kCongruentBytes) {
-        CongruentCopies(&c, reinterpret_cast<uintptr_t>(a.x) % 64);
-      }
-      return LayerNormRowsWB<St, kRes, kStream, true>(c, r0, r1);
+  if constexpr (St::kNative && !kRes) {
+    using T = typename St::T;
+    AddNormArgs<typename St::E, T> c = a;
+    // The normalize pass's blocks start on a line of y where y streams, else where x's rows do.
+    const T *lead = kStream ? a.y : a.x;
+    const int64_t ld = kStream ? a.ldy : a.ldx;
+    if ((a.weight || a.bias) && (ld * int64_t(sizeof(T))) % 64 == 0 && r1 - r0 >= kCongruentRows &&
+        a.cols * int64_t(sizeof(T)) <= kCongruentBytes) {
+      CongruentCopies(&c, reinterpret_cast<uintptr_t>(lead) % 64);
     }
+    if constexpr (RealignOf<Simd<T>>::value) {
+      if (RealignRows<St>(a)) return LayerNormRowsWB<St, kRes, kStream, true>(c, r0, r1);
+    }
+    return LayerNormRowsWB<St, kRes, kStream, false>(c, r0, r1);
   }
   return LayerNormRowsWB<St, kRes, kStream, false>(a, r0, r1);
 }
