@@ -221,8 +221,9 @@ def set_band_bytes(nbytes: Optional[int] = None) -> None:
     """Normalize layer_norm rows of at least nbytes in column bands across groups of up to 8 rows
     (when y is not streamed and weight or bias is given), so that weight and bias are read from L2
     once a group rather than once a row. A value set applies to every dtype. None restores the
-    default, from where that was measured faster: 8192 on AMD CPUs; on Intel CPUs 16384 for
-    float32 and float64 rows and never for float16 and bfloat16 rows; never elsewhere
+    default, from where that was measured faster: on AMD CPUs 8192, and for float32 and float64
+    rows just over a fifth of L1d where that is more (9831 with a 48 KiB L1d); on Intel CPUs 16384
+    for float32 and float64 rows and never for float16 and bfloat16 rows; never elsewhere
     (get_band_bytes() gives 2**63 - 1). The output is bit for bit the same either way; only the
     speed differs."""
     _core.set_band_bytes(_bytes_or_default("nbytes", nbytes))

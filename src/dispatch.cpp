@@ -281,12 +281,27 @@ std::atomic<int64_t> g_stream_native{-1}, g_stream_half{-1};
 // 53.8 and 53.5 against 55.2 and 51.3). So on Intel CPUs the bands take float and double rows of
 // 16 KiB or more, and 16-bit rows only when set. Other CPUs (ARM included) were not measured, and
 // keep the rows one at a time. fastln_set_band_bytes sets one length for every dtype.
+//
+// On AMD CPUs whose L1d holds five float or double rows (with one row's lag the general loop keeps
+// two rows of x, one of y, weight and bias there), such rows stay in the general loop, which since
+// CongruentCopies (rows of up to 8 KiB) reads weight and bias within lines: the bands start past
+// L1d / 5. Measured on an AMD EPYC (Zen 5, 48 KiB L1d) guest (2026-12-04, libfastln through ctypes,
+// one build, bands set on and off in turn, 1 thread, out=, weight and bias, best of 7 rounds; x, y,
+// weight and bias 16, 16, 32 and 48 bytes past a line, then all on a line), general loop against
+// bands, AVX2: float32 rows of 8 KiB 128x2048 27.5 and 24.6 against 32.5 and 31.3 us, 256x2048 54.2
+// and 49.7 against 64.6 and 62.4, 512x2048 105.2 and 95.7 against 126.5 and 122.0; float64 128x1024
+// 27.1 and 24.3 against 31.0 and 30.9, 256x1024 53.0 and 47.6 against 60.6 and 58.5; AVX-512
+// float32 128x2048 25.1 and 22.7 against 31.7 and 30.6, float64 128x1024 24.1 and 21.9 against 33.2
+// and 29.6; 2 threads, AVX2, float32 256x2048 36.1 against 39.6, float64 256x1024 35.9 against
+// 40.0. Rows of 10 KiB even (float32 64x2560 19.1 against 19.1), of 12 KiB and more banded faster
+// (128x3072 50.0 against 44.4, 64x4096 40.1 against 29.8; float64 64x1536 25.4 against 22.5).
+// 16-bit rows were not measured, and keep 8 KiB.
 constexpr int64_t kNever = INT64_MAX;
 
 int64_t DefaultBandBytes(bool native) {
   static const Vendor vendor = CpuVendor();
   switch (vendor) {
-    case Vendor::kAmd: return 8192;
+    case Vendor::kAmd: return native ? std::max<int64_t>(8192, L1dBytes() / 5 + 1) : 8192;
     case Vendor::kIntel: return native ? 16384 : kNever;
     default: return kNever;
   }

@@ -2,8 +2,8 @@
 rows (see LayerNormRowsBanded): every row must come out bit for bit as a call with that row alone
 (which takes the general loop), whatever the number of rows, the group boundaries, the rows' kind
 (near zero, far from it, NaN or Inf) and where y lies; and near the float64 reference. Where the
-bands start depends on the CPU (fastln.set_band_bytes: 8 KiB on AMD, 16 KiB on Intel, never
-elsewhere), so the fixture below turns them on from 8 KiB for every test here, on every CPU. Rows
+bands start depends on the CPU (fastln.set_band_bytes: 8 KiB or a fifth of L1d on AMD, 16 KiB on
+Intel, never elsewhere), so the fixture below turns them on from 8 KiB for every test here, on every CPU. Rows
 with neither weight nor bias never take them."""
 
 import platform
@@ -195,11 +195,30 @@ def test_bands_on_or_off_same_bits(isa, rng, dtype, band):
             np.testing.assert_array_equal(g.view(np.uint8), e.view(np.uint8))
 
 
+def _l1d_bytes():
+    """cpu0's level-1 data cache from sysfs (which the kernel fills from the same cpuid leaves
+    fastln reads), or None where it is not there."""
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for i in range(8):
+            d = f"{base}/index{i}"
+            with open(f"{d}/level") as f:
+                level = f.read().strip()
+            with open(f"{d}/type") as f:
+                kind = f.read().strip()
+            if level == "1" and kind == "Data":
+                with open(f"{d}/size") as f:
+                    size = f.read().strip()
+                return int(size[:-1]) * 1024 if size.endswith("K") else int(size)
+    except (OSError, ValueError):
+        return None
+    return None
+
+
 def test_band_bytes_setter():
     fastln.set_band_bytes(None)
     default = fastln.get_band_bytes()
     never = np.iinfo(np.int64).max
-    assert default in (8192, 16384, never)
     if platform.machine() in ("x86_64", "AMD64"):
         try:
             with open("/proc/cpuinfo") as f:
@@ -207,8 +226,14 @@ def test_band_bytes_setter():
         except OSError:
             info = None
         if info is not None:
-            want = 8192 if "AuthenticAMD" in info else 16384 if "GenuineIntel" in info else never
-            assert default == want
+            if "AuthenticAMD" in info:
+                l1d = _l1d_bytes()
+                if l1d is None:
+                    assert 8192 <= default < 1 << 20
+                else:
+                    assert default == max(8192, l1d // 5 + 1)
+            else:
+                assert default == (16384 if "GenuineIntel" in info else never)
     else:
         assert default == never
     assert fastln.runtime_info()["band_bytes"] == default

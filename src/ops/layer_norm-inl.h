@@ -706,8 +706,8 @@ void LayerNormRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_
 // on a Sapphire Rapids Xeon guest the general loop was then faster (float32, 1 thread, C loop over
 // the kernel, both builds in one process, best of 15 rounds: 8x16384 21.1 against 22.4 us, 32x4096
 // 20.5 against 24.0, 64x2048 16.7 against 25.6). The row length from which they run is
-// BandRowBytes(native) (dispatch.cpp: 8 KiB on AMD CPUs; on Intel CPUs 16 KiB, float and double
-// rows only).
+// BandRowBytes(native) (dispatch.cpp: on AMD CPUs 8 KiB, float and double rows past L1d / 5 where
+// that is more; on Intel CPUs 16 KiB, float and double rows only).
 //
 // A band is 4 KiB of the compute type T: 1024 values of float (and of 16-bit rows, computed in
 // float), 512 of double. Double bands of 1024 values (8 KiB, so 16 KiB of weight and bias a band,
