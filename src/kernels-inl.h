@@ -94,13 +94,29 @@ inline bool ExactScale(const typename St::E *x, typename St::E *y, int64_t n, do
 // of 768 and 1536 values up to 5% faster (512x768 once 2% slower) but rows of 1024 values 2-11%
 // slower (three runs). In calls whose x comes from memory the statistics pass asks farther ahead
 // (kFarAheadBytes in ops/layer_norm-inl.h).
+//
+// Rows of float and double from L2 or L3 (calls that do not ask far ahead) prefetch only when
+// longer than kPrefetchNearRowBytes: on shorter ones each block's tests for the prefetches, their
+// addresses and the prefetches themselves were a fifth of the general loop's instructions and cost
+// more than they won. Measured on an AMD EPYC (Zen 5) guest (2026-12-04, libfastln through ctypes,
+// AVX2, out=, weight and bias, 1 thread, both builds in one process, order alternating, best of 9
+// or 11 rounds, two runs; x, y, weight and bias 16 bytes past a line, then on a line), from 2 KiB
+// to from 8 KiB: float32 128x768 9.55 and 9.46 -> 8.84 and 8.70 us, 9.15 and 8.87 -> 8.84 and
+// 8.42; 128x1024 13.15 and 12.68 -> 12.12 and 12.08, 11.98 and 11.96 -> 11.68 and 11.49
+// (callgrind, 128x768: 1644 -> 1512 instructions a row); 2048x768 (x from L3) 145.5 and 149.0 ->
+// 140.9 and 141.5 at 16, 16, 32, 48. But rows of 4 to 8 KiB, which keep one row's lag (LagOf),
+// were faster with them: float64 128x768 16.87 and 16.68 us with, 18.08 and 17.89 without, on a
+// line; float32 128x1536 17.76 and 17.34 against 18.60 and 18.32. So from just over 4 KiB.
 constexpr int64_t kPrefetchBytes = 1024;
 constexpr int64_t kPrefetchRowBytes = 2048;
+constexpr int64_t kPrefetchNearRowBytes = 4096;
 
-// Whether a row of n values stored as E is long enough to prefetch.
-template <class E>
-inline bool PrefetchRow(int64_t n) {
-  return n * int64_t(sizeof(E)) >= kPrefetchRowBytes;
+// Whether a row of n values stored as E, read `ahead` bytes ahead, is long enough to prefetch.
+template <class E, bool kNative>
+inline bool PrefetchRow(int64_t n, int64_t ahead) {
+  const int64_t bytes = n * int64_t(sizeof(E));
+  if (kNative && ahead <= kPrefetchBytes) return bytes > kPrefetchNearRowBytes;
+  return bytes >= kPrefetchRowBytes;
 }
 
 // The lines of the n values from p + ahead bytes.
@@ -241,6 +257,7 @@ struct RowOf {
   int64_t ahead = kPrefetchBytes;  // how far ahead Prefetch asks (see kFarAheadBytes)
   V Load(int64_t i) const { return St::Load(x + i); }
   T At(int64_t i) const { return St::ToT(x[i]); }
+  bool Prefetches(int64_t n) const { return PrefetchRow<E, St::kNative>(n, ahead); }
   void Prefetch(int64_t i, int64_t n) const { PrefetchAhead(x + i, n, ahead); }
 };
 
@@ -290,6 +307,7 @@ struct RealignedRowOf {
     return S::LoadRealigned(line + i, line + i + (S::kRealignAnyOffset ? next : N), idx);
   }
   T At(int64_t i) const { return x[i]; }
+  bool Prefetches(int64_t n) const { return PrefetchRow<E, true>(n, ahead); }
   void Prefetch(int64_t i, int64_t n) const { PrefetchAhead(line + i, n, ahead); }
 };
 
@@ -351,6 +369,8 @@ struct SumOf {
   using V = typename S::V;
   const E *x, *r;
   E *h;
+  // Two streams in, one out: not measured without the prefetches, which they keep from 2 KiB.
+  bool Prefetches(int64_t n) const { return PrefetchRow<E, false>(n, kPrefetchBytes); }
   void Prefetch(int64_t i, int64_t n) const {
     PrefetchAhead(x + i, n);
     PrefetchAhead(r + i, n);

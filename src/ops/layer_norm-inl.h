@@ -133,7 +133,7 @@ inline Moments RowMoments(const Src &src, int64_t n, typename Src::T pivot, cons
   constexpr int64_t kBlock = kBlockOf<T>;
 
   const int64_t nblocks = n / kBlock;
-  const bool prefetch = PrefetchRow<typename Src::E>(n);
+  const bool prefetch = src.Prefetches(n);
   const V vk = S::Set(pivot);
   // The value at i, less the pivot with kShift.
   auto load = [&](int64_t i) __attribute__((always_inline)) {
