@@ -44,6 +44,7 @@ FASTLN_INLINE typename S::V AddAcc(const typename S::V *v) {
 constexpr double kPivot = 1.0;
 
 struct NoJob {
+  template <bool = true>
   void Block(int64_t) const {}
   void Rest() const {}
 };
@@ -69,8 +70,8 @@ struct NoJob {
 // 162.30 -> 153.24 at 48,16,16,48; 128x768 and 1024x768 within 2%. There, a test of h at run time
 // that sent rows on a vector's boundary to the other loop made 1024x768 and 2048x768 (x from L3)
 // 1.4x slower at 16,16,16,16 (74.7 -> 103.6 and 146.7 -> 207.2 us): such rows take this loop too.
-template <class Src, class Job>
-FASTLN_INLINE void SumRotated(const Src &src, int64_t nblocks, bool prefetch, const Job &job,
+template <bool kPrefetch, class Src, class Job>
+FASTLN_INLINE void SumRotated(const Src &src, int64_t nblocks, const Job &job,
                              typename Src::S::V *ssum, typename Src::S::V *qsum) {
   using S = typename Src::S;
   using V = typename S::V;
@@ -96,10 +97,10 @@ FASTLN_INLINE void SumRotated(const Src &src, int64_t nblocks, bool prefetch, co
   auto join = [&](const V *from) __attribute__((always_inline)) {
     for (int a = 0; a < kAcc; ++a) u[a] = S::JoinAt(from[a], from[(a + 1) % kAcc], idx);
   };
-  if (prefetch) src.Prefetch(0, kBlock);
+  if (kPrefetch) src.Prefetch(0, kBlock);
   if (h < N) add(0, S::HighPart(S::LoadAligned(line), h));  // its lower lanes lie before the row
   for (int64_t j = 0; j < nblocks; ++j) {
-    if (j > 0 && prefetch) src.Prefetch(j * kBlock, kBlock);
+    if (kPrefetch && j > 0) src.Prefetch(j * kBlock, kBlock);
     const int64_t p = j * kBlock;
     for (int a = 1; a < kAcc; ++a) add(a, load(p + a * N));
     V v = load(p + kBlock);  // its upper lanes are the next block's
@@ -115,7 +116,7 @@ FASTLN_INLINE void SumRotated(const Src &src, int64_t nblocks, bool prefetch, co
     } else {
       add(0, v);
     }
-    job.Block(j * kBlock);
+    job.template Block<kPrefetch>(j * kBlock);
   }
   join(r);
   *ssum = AddAcc<S>(u);
@@ -148,7 +149,22 @@ inline Moments RowMoments(const Src &src, int64_t n, typename Src::T pivot, cons
   int64_t pos = 0;     // index of the next block
   V ssum = S::Zero(), qsum = S::Zero();
   if constexpr (!kShift && RotatedSumsOf<Src>::value) {
-    if (nblocks > 0) SumRotated(src, nblocks, prefetch, job, &ssum, &qsum);
+    // The block loops are compiled twice, with the prefetches (the statistics' and the job's) and
+    // without, rather than testing them every block. Measured on an AMD EPYC (Zen 5) guest
+    // (2026-12-04, libfastln through ctypes, weight and bias, out=, 1 thread, both builds in one
+    // process, order alternating, best of 9 rounds; x, y, weight and bias 16, 16, 32 and 48 bytes
+    // past a line, then on a line): callgrind, AVX2 128x768: 1512 -> 1316 instructions a row;
+    // AVX2 float32 128x768 9.73 and 9.36 -> 9.26 and 9.19 us, 8.97 and 9.13 -> 8.73 and 8.56;
+    // 128x1024 at 16 past 12.36 and 13.54 -> 12.70 and 13.47, on a line 12.09 and 12.93 -> 11.58
+    // and 12.12; AVX-512 128x768 9.04 -> 8.74 and 6.83 -> 6.52; float64 128x512 on a line 12.06
+    // -> 11.55; rows that prefetch (8x16384, 128x1536, 8192x1024) within 2%.
+    if (nblocks > 0) {
+      if (prefetch) {
+        SumRotated<true>(src, nblocks, job, &ssum, &qsum);
+      } else {
+        SumRotated<false>(src, nblocks, job, &ssum, &qsum);
+      }
+    }
     pos = nblocks * kBlock;
   } else {
     // Per-lane sums of x - k and of its squares. Zeroed though every path that reads them
@@ -159,37 +175,46 @@ inline Moments RowMoments(const Src &src, int64_t n, typename Src::T pivot, cons
     for (int a = 0; a < kAcc; ++a) s[a] = q[a] = S::Zero();
     V Q = S::Zero();     // the squares of the chunks done (see kChunk): one register, as a
                          // register per accumulator spilled the running sums across the fold
-    if (nblocks > 0) {
-      if (prefetch) src.Prefetch(pos, kBlock);
-      for (int a = 0; a < kAcc; ++a) {
-        s[a] = load(a * N);
-        q[a] = S::Mul(s[a], s[a]);
+    // The loop once with the prefetches and once without (see SumRotated's kPrefetch).
+    auto blocks = [&](auto pf) __attribute__((always_inline)) {
+      constexpr bool kPf = decltype(pf)::value;
+      if (nblocks > 0) {
+        if (kPf) src.Prefetch(pos, kBlock);
+        for (int a = 0; a < kAcc; ++a) {
+          s[a] = load(a * N);
+          q[a] = S::Mul(s[a], s[a]);
+        }
+        job.template Block<kPf>(0);
+        pos = kBlock;
       }
-      job.Block(0);
-      pos = kBlock;
-    }
-    auto step = [&](int64_t j) __attribute__((always_inline)) {
-      if (prefetch) src.Prefetch(pos, kBlock);
-      for (int a = 0; a < kAcc; ++a) {
-        const V d = load(pos + a * N);
-        s[a] = S::Add(s[a], d);
-        q[a] = S::MulAdd(d, d, q[a]);
+      auto step = [&](int64_t j) __attribute__((always_inline)) {
+        if (kPf) src.Prefetch(pos, kBlock);
+        for (int a = 0; a < kAcc; ++a) {
+          const V d = load(pos + a * N);
+          s[a] = S::Add(s[a], d);
+          q[a] = S::MulAdd(d, d, q[a]);
+        }
+        job.template Block<kPf>(j * kBlock);
+        pos += kBlock;
+      };
+      int64_t j = 1;
+      for (; j + kChunk <= nblocks; j += kChunk) {
+        for (int i = 0; i < kChunk; ++i) step(j + i);
+        const V qc = AddAcc<S>(q);
+        if (kShift) {
+          Qd += S::ReduceSumDouble(qc);
+        } else {
+          Q = S::Add(Q, qc);
+        }
+        for (int a = 0; a < kAcc; ++a) q[a] = S::Zero();
       }
-      job.Block(j * kBlock);
-      pos += kBlock;
+      for (; j < nblocks; ++j) step(j);
     };
-    int64_t j = 1;
-    for (; j + kChunk <= nblocks; j += kChunk) {
-      for (int i = 0; i < kChunk; ++i) step(j + i);
-      const V qc = AddAcc<S>(q);
-      if (kShift) {
-        Qd += S::ReduceSumDouble(qc);
-      } else {
-        Q = S::Add(Q, qc);
-      }
-      for (int a = 0; a < kAcc; ++a) q[a] = S::Zero();
+    if (prefetch) {
+      blocks(std::true_type{});
+    } else {
+      blocks(std::false_type{});
     }
-    for (; j < nblocks; ++j) step(j);
     if (nblocks > 0) {
       ssum = AddAcc<S>(s);
       qsum = S::Add(Q, AddAcc<S>(q));
@@ -288,6 +313,9 @@ FASTLN_INLINE typename S::V AffineV(typename S::V u, typename S::V W, typename S
 // each: 2048x768 within noise, streamed y (8192x768, 8192x1024, 4096x1536, 32768x512, 2048x1024)
 // from 3% slower to 8% faster.
 constexpr int64_t kPrefetchNormalizeBytes = 8192;
+static_assert(kPrefetchNormalizeBytes > kPrefetchNearRowBytes &&
+                  kPrefetchNormalizeBytes >= kPrefetchRowBytes,
+              "a row whose normalize pass prefetches prefetches its statistics (Block<false>)");
 
 template <class St, bool kW, bool kB, bool kSplit, bool kStream, bool kPeel = false>
 struct Normalizer {
@@ -372,10 +400,12 @@ struct Normalizer {
       y[i] = St::FromT(u);
     }
   }
-  // kBlockOf<T> values from i (+ head).
+  // kBlockOf<T> values from i (+ head). kMayPrefetch false: the caller knows that prefetch is
+  // false (rows that prefetch here prefetch their statistics too; PrefetchRow).
+  template <bool kMayPrefetch = true>
   FASTLN_INLINE void Block(int64_t i) const {
     i += head;
-    if (prefetch) {
+    if (kMayPrefetch && prefetch) {
       PrefetchAhead(x + i, kBlockOf<T>);
       if (kW) PrefetchAhead(w + i, kBlockOf<T>);
       if (kB) PrefetchAhead(b + i, kBlockOf<T>);
