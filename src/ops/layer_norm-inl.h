@@ -251,7 +251,7 @@ inline Moments RowMoments(const Src &src, int64_t n, typename Src::T pivot, cons
       vs = S::Add(vs, tv[a]);
     }
     const int64_t vend = int64_t(nv) * N;
-    double v[N];
+    double v[N] = {};  // zeroed for GCC, which warned (falsely) that it may be read unset
     double s = 0.0;
     for (int64_t j = vend; j < tail; ++j) {
       v[j - vend] = double(src.At(pos + j)) - k;
