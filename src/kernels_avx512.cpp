@@ -9,9 +9,11 @@
 #error "kernels_avx512.cpp must be compiled with -mavx512f -mavx512vl -mavx512bw -mavx512dq -mfma -mf16c"
 #endif
 // GCC 12's AVX-512 intrinsics start from a self-initialised "undefined" vector, which
-// -Wmaybe-uninitialized reports at every inlined use (GCC bug 105593, fixed in GCC 13).
+// -Wmaybe-uninitialized (and, where inlining puts it, -Wuninitialized) reports at every inlined
+// use (GCC bug 105593, fixed in GCC 13).
 #if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 #define FASTLN_NS avx512
 #define FASTLN_ISA_NAME "avx512"

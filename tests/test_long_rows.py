@@ -3,8 +3,8 @@ rows (see LayerNormRowsBanded): every row must come out bit for bit as a call wi
 (which takes the general loop), whatever the number of rows, the group boundaries, the rows' kind
 (near zero, far from it, NaN or Inf) and where y lies; and near the float64 reference. Where the
 bands start depends on the CPU (fastln.set_band_bytes: 8 KiB or a fifth of L1d on AMD, 16 KiB on
-Intel, never elsewhere), so the fixture below turns them on from 8 KiB for every test here, on every CPU. Rows
-with neither weight nor bias never take them."""
+Intel, never elsewhere), so the fixture below turns them on from 8 KiB for every test here, on
+every CPU. Rows with neither weight nor bias never take them."""
 
 import platform
 
@@ -132,6 +132,41 @@ def test_banded_rows_any_thread_count(isa, rng, dtype):
                 np.testing.assert_array_equal(fastln.layer_norm(x, w), want)
         finally:
             fastln.set_num_threads(0)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_streamed_bands_match_one_row_calls(isa, rng, placed, dtype):
+    # A one-thread call of 32 MiB or more in rows of 16 KiB or more streams y in column bands
+    # (StreamBands), the bands then cut on lines of y: y 16 bytes past a line, and on one, and x
+    # rows apart by more than their length.
+    item = np.dtype(dtype).itemsize
+    cols = 16384 if dtype == np.float32 else 16392
+    rows = (32 << 20) // (cols * item) + 3
+    x = _rows(rng, rows, cols, dtype)
+    w = rng.standard_normal(cols).astype(dtype)
+    b = rng.standard_normal(cols).astype(dtype)
+    try:
+        fastln.set_num_threads(1)
+        fastln.set_stream_bytes(0)
+        with np.errstate(invalid="ignore", over="ignore"):
+            want = _one_row_each(x, w, b)
+            for shift in (16 // item, 0):
+                y = placed(np.zeros_like(x), shift)
+                fastln.layer_norm(x, w, b, out=y)
+                np.testing.assert_array_equal(y, want, err_msg=f"y {shift} past a line")
+            big = np.zeros((rows, cols + 8), dtype)
+            big[:, :cols] = x
+            got = fastln.layer_norm(big[:, :cols], None, b)
+            np.testing.assert_array_equal(got, _one_row_each(x, None, b))
+            xs = placed(x, 16 // item)
+            fastln.layer_norm(xs, w, b, out=xs)
+            np.testing.assert_array_equal(xs, want, err_msg="in place")
+            expected = ref.layer_norm(x.astype(np.float64), w, b)
+    finally:
+        fastln.set_num_threads(0)
+        fastln.set_stream_bytes(None)
+    finite = np.isfinite(x).all(axis=1)
+    np.testing.assert_allclose(want[finite], expected[finite], rtol=0, atol=TOL[dtype])
 
 
 @pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])

@@ -731,7 +731,7 @@ void LayerNormRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_
 // row by row, then its normalize pass a band of columns at a time across the group, so that each
 // band of weight and bias is read from L2 once a group. Each value goes through the same
 // arithmetic as in the general loop (Normalizer::Plain), so y does not depend on the grouping.
-// Only for plain stores: streamed rows write whole lines in each row's own order (Normalizer).
+// Streamed y takes them only in calls of kStreamBandBytes or more (StreamBands).
 // Only with weight or bias: without them nothing is read once a group instead of once a row, and
 // on a Sapphire Rapids Xeon guest the general loop was then faster (float32, 1 thread, C loop over
 // the kernel, both builds in one process, best of 15 rounds: 8x16384 21.1 against 22.4 us, 32x4096
@@ -806,25 +806,73 @@ inline void PlainTwo(const Normalizer<St, kW, kB, kSplit, false> &p,
   q.Plain(i, end);
 }
 
+// Streamed: values [i, end) of one row, or of two sharing each load of weight and bias, i and end
+// on lines of y (the rows' y at the same place within a line): whole pairs of vectors, then one
+// vector where a line is one (AVX-512 float) and the lines are odd.
+template <class St, bool kW, bool kB, bool kSplit>
+inline void StreamOne(const Normalizer<St, kW, kB, kSplit, false> &p, int64_t i, int64_t end) {
+  constexpr int N = Simd<typename St::T>::N;
+  for (; i + 2 * N <= end; i += 2 * N) St::StreamPair(p.y + i, p.Compute(i), p.Compute(i + N));
+  if (i < end) St::StoreStream(p.y + i, p.Compute(i));
+}
+template <class St, bool kW, bool kB, bool kSplit>
+inline void StreamTwo(const Normalizer<St, kW, kB, kSplit, false> &p,
+                      const Normalizer<St, kW, kB, kSplit, false> &q, int64_t i, int64_t end) {
+  using S = Simd<typename St::T>;
+  using V = typename S::V;
+  constexpr int N = S::N;
+  for (; i + 2 * N <= end; i += 2 * N) {
+    const V w0 = kW ? S::Load(p.w + i) : S::Zero(), b0 = kB ? S::Load(p.b + i) : S::Zero();
+    const V w1 = kW ? S::Load(p.w + i + N) : S::Zero(), b1 = kB ? S::Load(p.b + i + N) : S::Zero();
+    const V p0 = St::Load(p.x + i), p1 = St::Load(p.x + i + N);
+    const V q0 = St::Load(q.x + i), q1 = St::Load(q.x + i + N);
+    St::StreamPair(p.y + i, p.Value(p0, w0, b0), p.Value(p1, w1, b1));
+    St::StreamPair(q.y + i, q.Value(q0, w0, b0), q.Value(q1, w1, b1));
+  }
+  if (i < end) {
+    const V w0 = kW ? S::Load(p.w + i) : S::Zero(), b0 = kB ? S::Load(p.b + i) : S::Zero();
+    const V p0 = St::Load(p.x + i), q0 = St::Load(q.x + i);
+    St::StoreStream(p.y + i, p.Value(p0, w0, b0));
+    St::StoreStream(q.y + i, q.Value(q0, w0, b0));
+  }
+}
+
 // Values [i, end) of the group's row k in the normalize form kSplit, and with `two` of row k + 1,
 // in the same form, alongside it. The rows are read at xs, lds apart (FirstRead's Later: x or h).
-template <bool kSplit, class St, bool kW, bool kB>
+// kStream: y's whole lines, [lo, hi), are streamed; the partial lines at both ends of each row
+// take plain stores.
+template <bool kSplit, class St, bool kW, bool kB, bool kStream>
 inline void BandStep(const AddNormArgs<typename St::E, typename St::T> &a, const typename St::E *xs,
                      int64_t lds, int64_t r, bool two, const typename St::T *hi,
                      const typename St::T *c, const typename St::T *rs, int k, int64_t i,
-                     int64_t end) {
+                     int64_t end, int64_t lo, int64_t hi_end) {
   auto row = [&](int d) {
     return Normalizer<St, kW, kB, kSplit, false>(xs + (r + d) * lds, a.y + (r + d) * a.ldy, a.cols,
                                                  a.weight, a.bias, hi[k + d], c[k + d], rs[k + d]);
   };
-  if (two) {
-    PlainTwo(row(0), row(1), i, end);
+  if constexpr (kStream) {
+    const int64_t s0 = Min(Max(i, lo), end), s1 = Max(Min(end, hi_end), s0);
+    const auto p = row(0);
+    p.Plain(i, s0);
+    if (two) {
+      const auto q = row(1);
+      q.Plain(i, s0);
+      StreamTwo(p, q, s0, s1);
+      q.Plain(s1, end);
+    } else {
+      StreamOne(p, s0, s1);
+    }
+    p.Plain(s1, end);
   } else {
-    PlainOne(row(0), i, end);
+    if (two) {
+      PlainTwo(row(0), row(1), i, end);
+    } else {
+      PlainOne(row(0), i, end);
+    }
   }
 }
 
-template <class St, bool kRes, bool kW, bool kB>
+template <class St, bool kRes, bool kW, bool kB, bool kStream = false>
 void LayerNormRowsBanded(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0,
                          int64_t r1) {
   using T = typename St::T;
@@ -845,7 +893,17 @@ void LayerNormRowsBanded(const AddNormArgs<typename St::E, typename St::T> &a, i
   // 8x16384 15.28 -> 13.61, 128x4096 65.06 -> 61.85. Rows on a line boundary 0.7-3.6% slower in
   // the same runs (AVX2), about this guest's noise.
   const bool same = (lds * int64_t(sizeof(E))) % int64_t(sizeof(typename Simd<T>::V)) == 0;
-  const int64_t first = St::kNative && same ? ValuesToVector<T>(xs, n) : 0;
+  int64_t first = St::kNative && same ? ValuesToVector<T>(xs, n) : 0;
+  // Streamed (every row's y at the same place within a line): the bands after the first start on
+  // lines of y instead, so that each is whole lines.
+  int64_t lo = 0, hi_end = 0;
+  if constexpr (kStream) {
+    constexpr int64_t kLine = 64 / int64_t(sizeof(E));
+    const int64_t mis = int64_t(reinterpret_cast<uintptr_t>(a.y) % 64) / int64_t(sizeof(E));
+    lo = Min(n, mis ? kLine - mis : 0);
+    hi_end = lo + (n - lo) / kLine * kLine;
+    first = lo;
+  }
   // Per row of the group: 0 done (the exact path), 1 short form, 2 split form.
   int kind[kBandRows];
   T hi[kBandRows], c[kBandRows], rs[kBandRows];
@@ -885,14 +943,17 @@ void LayerNormRowsBanded(const AddNormArgs<typename St::E, typename St::T> &a, i
         if (kind[k] == 0) continue;
         const bool two = k + 1 < rows && kind[k + 1] == kind[k];
         if (kind[k] == 1) {
-          BandStep<false, St, kW, kB>(a, xs, lds, g0 + k, two, hi, c, rs, k, i, end);
+          BandStep<false, St, kW, kB, kStream>(a, xs, lds, g0 + k, two, hi, c, rs, k, i, end,
+                                               lo, hi_end);
         } else {
-          BandStep<true, St, kW, kB>(a, xs, lds, g0 + k, two, hi, c, rs, k, i, end);
+          BandStep<true, St, kW, kB, kStream>(a, xs, lds, g0 + k, two, hi, c, rs, k, i, end,
+                                               lo, hi_end);
         }
         if (two) ++k;
       }
     }
   }
+  if (kStream) Simd<T>::StreamFence();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1379,6 +1440,35 @@ void LayerNormRowsWB(const AddNormArgs<typename St::E, typename St::T> &a, int64
   return LayerNormRowsT<St, kRes, false, false, kStream, kRealign>(a, r0, r1);
 }
 
+// Whether streamed rows take the column bands: rows with weight or bias of kStreamLongRowBytes or
+// more (and no shorter than the plain bands'), y's rows all at the same place within a line, a
+// call of kStreamBandBytes of y or more, on one thread. Elsewhere the general loop was as fast or
+// faster with streamed y. Measured on an AMD EPYC (Zen 5, 32 MiB
+// L3) guest (2026-12-04, libfastln through ctypes, one build with both loops, AVX2, float32, out=,
+// weight and bias, 1 thread, order alternating, best of 5 rounds; x, y, weight and bias 16, 16,
+// 32 and 48 bytes past a line, then on a line), general loop against bands, both streamed:
+// 2048x4096 (32 MiB) 1464 and 1562 against 1358 and 1340 us, 1457 against 1380; 4096x4096 4006
+// against 3080; but 16 MiB 1024x4096 496 against 533 and 256x16384 513 against 548, 8 MiB
+// 128x16384 256 against 263, 512x4096 241 against 266; rows of 10 KiB 4096x2560 (40 MiB) 1280
+// against 1771. From 16 KiB rows, one build against the one before (both builds in one process,
+// best of 3 to 5 rounds), 16, 16, 32, 48: float32 2048x4096 1830 -> 1461 us, 512x16384 1758 ->
+// 1340, 8192x4096 8577 -> 6361; float64 2048x2048 1479 -> 1314, 1024x4096 1436 -> 1301, 512x8192
+// 1550 -> 1297; AVX-512 float32 2048x4096 1559 -> 1457, 512x16384 1720 -> 1402. On 2 threads it
+// went either way (float32 2048x4096 741 -> 622 and 4096x4096 1941 -> 1523, but 512x16384 548 ->
+// 575 and float64 2048x2048 on a line 505-522 -> 559-572, two runs), so calls split across threads
+// keep the general loop.
+constexpr int64_t kStreamBandBytes = int64_t(32) << 20;
+
+template <class St>
+inline bool StreamBands(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0,
+                        int64_t r1) {
+  const int64_t row_bytes = a.cols * int64_t(sizeof(typename St::E));
+  return r1 - r0 > 1 && r1 - r0 == CallRows(a, r0, r1) && (a.weight || a.bias) &&
+         (a.ldy * int64_t(sizeof(typename St::E))) % 64 == 0 &&
+         row_bytes >= Max(kStreamLongRowBytes, BandRowBytes(St::kNative)) &&
+         CallRows(a, r0, r1) * row_bytes >= kStreamBandBytes;
+}
+
 template <class St, bool kRes, bool kStream>
 void LayerNormRowsS(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0,
                     int64_t r1) {
@@ -1395,6 +1485,13 @@ void LayerNormRowsS(const AddNormArgs<typename St::E, typename St::T> &a, int64_
     if (a.weight && a.bias) return LayerNormRowsBanded<St, kRes, true, true>(a, r0, r1);
     if (a.weight) return LayerNormRowsBanded<St, kRes, true, false>(a, r0, r1);
     return LayerNormRowsBanded<St, kRes, false, true>(a, r0, r1);
+  }
+  if constexpr (kStream && St::kNative) {
+    if (StreamBands<St>(a, r0, r1)) {
+      if (a.weight && a.bias) return LayerNormRowsBanded<St, kRes, true, true, true>(a, r0, r1);
+      if (a.weight) return LayerNormRowsBanded<St, kRes, true, false, true>(a, r0, r1);
+      return LayerNormRowsBanded<St, kRes, false, true, true>(a, r0, r1);
+    }
   }
   if constexpr (St::kNative && !kRes) {
     using T = typename St::T;
