@@ -204,7 +204,8 @@ def set_stream_bytes(nbytes: Optional[int] = None, nbytes16: Optional[int] = Non
     residual add aside, and from at least 8 MiB in rows of 16 KiB or more with weight or bias that
     take the column bands, see set_band_bytes; or FASTLN_STREAM_MIB MiB when set at start-up).
     The sizes count the whole call's output and, once set, apply at every thread count and row
-    length. Where the crossover lies depends on the machine's caches: see README, "Choosing the
+    length. Calls in place (out= x, or with the residual add x or the residual) never stream.
+    Where the crossover lies depends on the machine's caches: see README, "Choosing the
     ISA and the number of threads"."""
     _core.set_stream_bytes(
         _bytes_or_default("nbytes", nbytes), _bytes_or_default("nbytes16", nbytes16)

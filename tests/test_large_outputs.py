@@ -36,11 +36,15 @@ def test_streamed_rows_match_small_calls(isa, streaming, rng, dtype, cols, shift
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_streamed_in_place(isa, streaming, rng, dtype):
+def test_large_in_place(isa, streaming, rng, dtype):
+    # In place, y takes plain stores however large (its lines were just read); out of place, the
+    # same size streams: the same values either way.
     x = (3.0 + 2.0 * rng.standard_normal((600, 1024))).astype(dtype)
     x[7, 3] = np.nan
-    expected = fastln.layer_norm(x)
-    fastln.layer_norm(x, out=x)
+    w = rng.standard_normal(1024).astype(dtype)
+    expected = np.empty_like(x)
+    fastln.layer_norm(x, w, None, out=expected)
+    fastln.layer_norm(x, w, None, out=x)
     np.testing.assert_array_equal(x, expected)
     assert np.isnan(x[7]).all() and np.isfinite(np.delete(x, 7, axis=0)).all()
 
@@ -169,14 +173,23 @@ def test_streamed_16bit_rows(isa, streaming, rng, dtype, cols, shift):
 
 @pytest.mark.parametrize("dtype", _half_dtypes())
 def test_streamed_16bit_residual_in_place(isa, streaming, rng, dtype):
-    # The fused add with a streamed y: h (plain stores) into x itself, y into r.
+    # The fused add with y of 32 MiB: streamed into an array of its own, with h (plain stores)
+    # into x itself; then in place into r (plain stores: its lines were just read). The same
+    # values either way.
     dtype = _dtype(dtype)
     rows, cols = (32 << 20) // (1024 * 2) + 5, 1024
-    x = rng.standard_normal((rows, cols), dtype=np.float32).astype(dtype)
+    x0 = rng.standard_normal((rows, cols), dtype=np.float32).astype(dtype)
     r = rng.standard_normal((rows, cols), dtype=np.float32).astype(dtype)
-    x[9, 5] = np.nan
-    h_expected = (x.astype(np.float32) + r.astype(np.float32)).astype(dtype)
+    x0[9, 5] = np.nan
+    h_expected = (x0.astype(np.float32) + r.astype(np.float32)).astype(dtype)
     y_expected = fastln.layer_norm(h_expected.astype(np.float32)).astype(dtype)
+    x = x0.copy()
+    out = np.empty_like(x)
+    y, h = fastln.layer_norm(x, residual=r, out=out, residual_out=x)
+    assert y is out and h is x
+    np.testing.assert_array_equal(h.view(np.uint16), h_expected.view(np.uint16))
+    np.testing.assert_array_equal(y.view(np.uint16), y_expected.view(np.uint16))
+    x = x0.copy()
     y, h = fastln.layer_norm(x, residual=r, out=r, residual_out=x)
     assert y is r and h is x
     np.testing.assert_array_equal(h.view(np.uint16), h_expected.view(np.uint16))
