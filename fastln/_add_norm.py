@@ -20,6 +20,7 @@ from ._args import (
     is_bfloat16,
     param,
     rows_view,
+    same_block,
     split_axis,
     unsupported,
 )
@@ -51,14 +52,6 @@ def as_input(x, what: str) -> np.ndarray:
     return x
 
 
-def _same_block(a: np.ndarray, b: np.ndarray) -> bool:
-    """a and b are the same rows of memory, element for element."""
-    return (
-        a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
-        and a.strides == b.strides
-    )
-
-
 def _output_rows(a, rows: int, cols: int, inputs) -> np.ndarray | None:
     """a as (rows, cols) rows the kernel may write, or None: write a temporary and copy.
 
@@ -69,7 +62,7 @@ def _output_rows(a, rows: int, cols: int, inputs) -> np.ndarray | None:
     if v is None:
         return None
     for i in inputs:
-        if i is not None and np.may_share_memory(v, i) and not _same_block(v, i):
+        if i is not None and np.may_share_memory(v, i) and not same_block(v, i):
             return None
     return v
 

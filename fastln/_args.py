@@ -114,6 +114,15 @@ def rows_view(a: np.ndarray, rows: int, cols: int) -> Optional[np.ndarray]:
     return None
 
 
+def same_block(a: np.ndarray, b: np.ndarray) -> bool:
+    """a and b are the same rows of memory, element for element (the kernels allow y == x so, and
+    no other overlap)."""
+    return (
+        a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+        and a.strides == b.strides
+    )
+
+
 def check_out(out, x: np.ndarray, what: str = "out") -> np.ndarray:
     if not isinstance(out, np.ndarray):
         raise TypeError(f"{what} must be a numpy.ndarray, not {type(out).__name__}")

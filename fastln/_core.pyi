@@ -16,6 +16,7 @@ def layer_norm_2d(
     rstd: Optional[np.ndarray],
     eps: float,
     y_fresh: bool = ...,
+    by_cols: bool = ...,
 ) -> None: ...
 def layer_norm_fast(
     x: object,

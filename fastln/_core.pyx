@@ -25,6 +25,12 @@ cdef extern from "fastln/fastln.h" nogil:
     int fastln_layer_norm_f64_ex(const double *x, int64_t ldx, double *y, int64_t ldy,
                                  const double *weight, const double *bias, double *mean,
                                  double *rstd, int64_t rows, int64_t cols, double eps, int flags)
+    int fastln_layer_norm_cols_f32(const float *x, int64_t ldx, float *y, int64_t ldy,
+                                   const float *weight, const float *bias, float *mean,
+                                   float *rstd, int64_t examples, int64_t cols, double eps)
+    int fastln_layer_norm_cols_f64(const double *x, int64_t ldx, double *y, int64_t ldy,
+                                   const double *weight, const double *bias, double *mean,
+                                   double *rstd, int64_t examples, int64_t cols, double eps)
     int fastln_rms_norm_f32_ld(const float *x, int64_t ldx, float *y, int64_t ldy,
                                const float *weight, float *rstd, int64_t rows, int64_t cols,
                                double eps)
@@ -214,10 +220,12 @@ cdef inline void *_vec(object a, int typenum, int64_t n, bint writable) except? 
 
 
 def layer_norm_2d(cnp.ndarray x, cnp.ndarray y, weight, bias, mean, rstd, double eps,
-                  bint y_fresh=False):
+                  bint y_fresh=False, bint by_cols=False):
     """y[i, :] = layer norm of x[i, :]. x and y: 2-D, same dtype, unit inner stride.
 
     y_fresh: y was just allocated and never written (FASTLN_Y_FRESH).
+    by_cols: x and y are (cols, examples), the transposes of Fortran-ordered arrays, and their
+    columns are normalized (fastln_layer_norm_cols_*; y_fresh does not apply).
     """
     cdef int t = cnp.PyArray_TYPE(x)
     if cnp.PyArray_TYPE(y) != t or (t != cnp.NPY_FLOAT32 and t != cnp.NPY_FLOAT64):
@@ -226,10 +234,11 @@ def layer_norm_2d(cnp.ndarray x, cnp.ndarray y, weight, bias, mean, rstd, double
         raise ValueError("internal: y is read-only")
     if cnp.PyArray_NDIM(x) != 2:
         raise ValueError("internal: x must be 2-D")
-    cdef int64_t rows = cnp.PyArray_DIMS(x)[0], cols = cnp.PyArray_DIMS(x)[1]
-    if cnp.PyArray_DIMS(y)[0] != rows:
-        raise ValueError("internal: x and y differ in rows")
-    cdef int64_t ldx = _ld(x, cols), ldy = _ld(y, cols)
+    cdef int64_t n0 = cnp.PyArray_DIMS(x)[0], n1 = cnp.PyArray_DIMS(x)[1]
+    if cnp.PyArray_DIMS(y)[0] != n0:
+        raise ValueError("internal: x and y differ in shape")
+    cdef int64_t ldx = _ld(x, n1), ldy = _ld(y, n1)
+    cdef int64_t rows = n1 if by_cols else n0, cols = n0 if by_cols else n1
     cdef void *w = _vec(weight, t, cols, False)
     cdef void *b = _vec(bias, t, cols, False)
     cdef void *m = _vec(mean, t, rows, True)
@@ -239,7 +248,15 @@ def layer_norm_2d(cnp.ndarray x, cnp.ndarray y, weight, bias, mean, rstd, double
     cdef int status
     cdef int flags = FASTLN_Y_FRESH if y_fresh else 0
     with nogil:
-        if t == cnp.NPY_FLOAT32:
+        if by_cols and t == cnp.NPY_FLOAT32:
+            status = fastln_layer_norm_cols_f32(<const float *>px, ldx, <float *>py, ldy,
+                                                <const float *>w, <const float *>b, <float *>m,
+                                                <float *>r, rows, cols, eps)
+        elif by_cols:
+            status = fastln_layer_norm_cols_f64(<const double *>px, ldx, <double *>py, ldy,
+                                                <const double *>w, <const double *>b,
+                                                <double *>m, <double *>r, rows, cols, eps)
+        elif t == cnp.NPY_FLOAT32:
             status = fastln_layer_norm_f32_ex(<const float *>px, ldx, <float *>py, ldy,
                                               <const float *>w, <const float *>b, <float *>m,
                                               <float *>r, rows, cols, eps, flags)

@@ -24,6 +24,7 @@ from ._args import (
     check_out,
     param,
     rows_view,
+    same_block,
     split_axis as _split,
 )
 
@@ -41,11 +42,7 @@ def _rows_out(x2: np.ndarray, y: np.ndarray, rows: int, cols: int) -> Optional[n
     when y's layout does not allow a view, or y overlaps x2 other than element for element."""
     y2 = rows_view(y, rows, cols)
     if y2 is not None and np.may_share_memory(x2, y2):
-        same = (
-            x2.__array_interface__["data"][0] == y2.__array_interface__["data"][0]
-            and x2.strides == y2.strides
-        )
-        if not same:
+        if not same_block(x2, y2):
             return None
     return y2
 

@@ -272,6 +272,24 @@ int AddNorm(const AddNormArgs<T, P> &a, int64_t rows, AddNormRowsFn<T, P> Kernel
   return status;
 }
 
+// Examples stored as columns: the threads take contiguous ranges of examples (of columns of x).
+template <class T>
+int LayerNormCols(const T *x, int64_t ldx, T *y, int64_t ldy, const T *w, const T *b, T *mean,
+                  T *rstd, int64_t examples, int64_t cols, double eps,
+                  AddNormRowsFn<T, T> KernelTable::*fn) {
+  if (!x || !y) return FASTLN_ERR_NULL_POINTER;
+  if (examples < 0 || cols <= 0 || ldx < examples || ldy < examples) return FASTLN_ERR_BAD_SHAPE;
+  if (!(eps >= 0) || eps - eps != 0) return FASTLN_ERR_BAD_EPS;
+  const KernelTable *t = ActiveTable();
+  if (!t) return InitStatus();
+  if (examples == 0) return FASTLN_OK;
+  int status = FASTLN_OK;
+  const AddNormArgs<T, T> args{x, ldx, nullptr, 0,    nullptr, 0,   y,       ldy,
+                               w, b,   mean,    rstd, cols,    eps, &status, examples};
+  ParallelRows(args, t->*fn, examples, cols);
+  return status;
+}
+
 int Widen(const uint16_t *src, float *dst, int64_t n, WidenFn KernelTable::*fn) {
   if (n < 0) return FASTLN_ERR_BAD_SHAPE;
   if (n > 0 && (!src || !dst)) return FASTLN_ERR_NULL_POINTER;
@@ -518,6 +536,20 @@ int fastln_add_rms_norm_bf16(const uint16_t *x, int64_t ldx, const uint16_t *res
   return AddNorm<uint16_t, float>({x, ldx, residual, ldr, h, ldh, y, ldy, weight, nullptr,
                                    nullptr, rstd, cols, eps, nullptr},
                                   rows, &KernelTable::add_rms_norm_bf16);
+}
+
+int fastln_layer_norm_cols_f32(const float *x, int64_t ldx, float *y, int64_t ldy,
+                               const float *weight, const float *bias, float *mean, float *rstd,
+                               int64_t examples, int64_t cols, double eps) {
+  return fastln::LayerNormCols<float>(x, ldx, y, ldy, weight, bias, mean, rstd, examples, cols,
+                                      eps, &KernelTable::layer_norm_cols_f32);
+}
+
+int fastln_layer_norm_cols_f64(const double *x, int64_t ldx, double *y, int64_t ldy,
+                               const double *weight, const double *bias, double *mean,
+                               double *rstd, int64_t examples, int64_t cols, double eps) {
+  return fastln::LayerNormCols<double>(x, ldx, y, ldy, weight, bias, mean, rstd, examples, cols,
+                                       eps, &KernelTable::layer_norm_cols_f64);
 }
 
 int fastln_f16_to_f32(const uint16_t *src, float *dst, int64_t n) {

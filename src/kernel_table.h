@@ -115,6 +115,10 @@ struct KernelTable {
   AddNormRowsFn<uint16_t, float> add_rms_norm_bf16;
   WidenFn widen_f16;
   WidenFn widen_bf16;
+  // Layer norm of examples stored as columns (src/ops/layer_norm_cols-inl.h): the args' "rows"
+  // are examples, x(i, k) = x[k * ldx + i], y likewise; res, h null.
+  AddNormRowsFn<float, float> layer_norm_cols_f32;
+  AddNormRowsFn<double, double> layer_norm_cols_f64;
 };
 
 // Defined in kernels_<isa>.cpp. Each returns null when that ISA is not compiled into this build.

@@ -420,6 +420,7 @@ void Widen(const uint16_t *src, float *dst, int64_t n) {
 #include "ops/rms_norm-inl.h"
 #include "ops/backward-inl.h"
 #include "ops/add_norm-inl.h"
+#include "ops/layer_norm_cols-inl.h"
 
 namespace fastln {
 namespace FASTLN_NS {
@@ -449,6 +450,8 @@ constexpr KernelTable kTable = {
     &AddRmsNormRows16<BFloat16Format>,
     &Widen<Float16Format>,
     &Widen<BFloat16Format>,
+    &LayerNormCols<float>,
+    &LayerNormCols<double>,
 };
 
 }  // namespace FASTLN_NS

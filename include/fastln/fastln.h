@@ -172,6 +172,21 @@ int fastln_add_rms_norm_bf16(const uint16_t *x, int64_t ldx, const uint16_t *res
                              const float *weight, float *rstd, int64_t rows, int64_t cols,
                              double eps);
 
+/* Layer norm of examples stored as columns: example i's value k at x[k * ldx + i], y likewise with
+ * ldy; mean[i] and rstd[i] as in fastln_layer_norm_*_ld. This is a Fortran-ordered array of
+ * `examples` rows normalized over its last axis (or the transpose of a C-ordered one), without the
+ * transposing copy. ldx and ldy are at least `examples`; y may equal x when ldy == ldx. Results
+ * match the row calls to rounding, not bit for bit (the sums run in another order), and do not
+ * depend on the thread count. FASTLN_ERR_NO_MEMORY if a scratch buffer cannot be allocated: cols
+ * values for each example of a block (up to 512 examples) that takes the row path (NaN or Inf, a
+ * variance that underflows, or a first value far from the mean). */
+int fastln_layer_norm_cols_f32(const float *x, int64_t ldx, float *y, int64_t ldy,
+                               const float *weight, const float *bias, float *mean, float *rstd,
+                               int64_t examples, int64_t cols, double eps);
+int fastln_layer_norm_cols_f64(const double *x, int64_t ldx, double *y, int64_t ldy,
+                               const double *weight, const double *bias, double *mean,
+                               double *rstd, int64_t examples, int64_t cols, double eps);
+
 /* Widen n float16 (f16) or bfloat16 (bf16) values to float32, exactly (a float16 signalling NaN
  * comes back quiet): the 16-bit calls above take weight and bias as float32, so a model stored in
  * 16 bits widens its parameters once with these. src and dst must not overlap; they may be NULL

@@ -35,6 +35,21 @@ int main(void) {
   expect(fastln_layer_norm_f32(x, y, NULL, NULL, NULL, NULL, 1, 8, NAN), FASTLN_ERR_BAD_EPS, "eps NaN");
   expect(fastln_layer_norm_f64(xd, yd, NULL, NULL, NULL, NULL, 1, 8, INFINITY), FASTLN_ERR_BAD_EPS, "eps inf");
 
+  /* Examples stored as columns: 2 examples of 4 values, x(i, k) at x[k * 2 + i]. */
+  expect(fastln_layer_norm_cols_f32(x, 2, y, 2, NULL, NULL, NULL, NULL, 2, 4, 1e-5), FASTLN_OK,
+         "cols valid");
+  expect(fabsf(y[0] + 1.3416394f) < 1e-5f && fabsf(y[7] - 1.3416394f) < 1e-5f, 1, "cols values");
+  expect(fastln_layer_norm_cols_f64(xd, 2, yd, 2, NULL, NULL, NULL, NULL, 0, 4, 1e-5), FASTLN_OK,
+         "cols no examples");
+  expect(fastln_layer_norm_cols_f32(NULL, 2, y, 2, NULL, NULL, NULL, NULL, 2, 4, 1e-5),
+         FASTLN_ERR_NULL_POINTER, "cols NULL x");
+  expect(fastln_layer_norm_cols_f32(x, 1, y, 2, NULL, NULL, NULL, NULL, 2, 4, 1e-5),
+         FASTLN_ERR_BAD_SHAPE, "cols ldx < examples");
+  expect(fastln_layer_norm_cols_f64(xd, 2, yd, 2, NULL, NULL, NULL, NULL, 2, 0, 1e-5),
+         FASTLN_ERR_BAD_SHAPE, "cols cols = 0");
+  expect(fastln_layer_norm_cols_f32(x, 2, y, 2, NULL, NULL, NULL, NULL, 2, 4, NAN),
+         FASTLN_ERR_BAD_EPS, "cols eps NaN");
+
   /* RMSNorm and the backward passes: the same rules. */
   float m[1] = {4.5f}, r[1] = {0.5f}, dx[8], dw[8], db[8];
   expect(fastln_rms_norm_f32(x, y, NULL, NULL, 1, 8, 1e-5f), FASTLN_OK, "rms valid");

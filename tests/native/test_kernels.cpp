@@ -657,6 +657,75 @@ void CheckWiden(const Isa &isa, const char *kname, fastln::WidenFn fn) {
   }
 }
 
+// Examples stored as columns (layer_norm_cols_*): example i's value k at x[k * ld + i]. Against a
+// two-pass double reference, through a NaN example, one at an offset of 1e4, one whose first value
+// lies far from its mean (the row path) and a constant one; examples [1, m - 1) only, so the
+// first and last columns must stay untouched, and the padding past m too; and the same call split
+// in two at every offset gives the same bits.
+template <class T>
+void CheckCols(const Isa &isa, const char *kname, fastln::AddNormRowsFn<T, T> fn) {
+  const double tol = sizeof(T) == 4 ? 2e-5 : 1e-11;
+  for (int64_t m : {3, 4, 7, 19, 42, 75}) {
+    for (int64_t n : {1, 2, 5, 64, 301}) {
+      const int64_t ld = m + 3;
+      Rng rng(uint64_t(m * 1000 + n));
+      std::vector<T> x(n * ld, T(-9)), w(n), b(n);
+      for (int64_t i = 0; i < m; ++i) {
+        const double c = i == 2 ? 1e4 : 0.3, s = i == 3 ? 0.0 : 1.0 + 0.1 * double(i % 5);
+        for (int64_t k = 0; k < n; ++k) x[k * ld + i] = T(c + s * rng.Normal());
+        if (i == 4 && n > 8) x[i] = T(x[i] + 1e3);  // first value far: the row path
+        if (i == 5 && n > 1) x[(n / 2) * ld + i] = T(NAN);
+      }
+      for (int64_t k = 0; k < n; ++k) w[k] = T(rng.Normal()), b[k] = T(rng.Normal());
+      for (int affine = 0; affine < 2; ++affine) {
+        std::vector<T> y(n * ld, T(-3)), y2(n * ld, T(-3)), mean(m, T(-5)), rstd(m, T(-5));
+        int status = 0;
+        fastln::AddNormArgs<T, T> a{};
+        a.x = x.data(), a.ldx = ld, a.y = y.data(), a.ldy = ld;
+        a.weight = affine ? w.data() : nullptr, a.bias = affine ? b.data() : nullptr;
+        a.mean = mean.data(), a.rstd = rstd.data(), a.cols = n, a.eps = 1e-5, a.status = &status;
+        fn(a, 1, m - 1);
+        double worst = 0.0;
+        bool nan_ok = true, guard_ok = status == 0, split_ok = true;
+        for (int64_t i = 0; i < ld; ++i) {
+          const bool inside = i >= 1 && i < m - 1;
+          if (!inside) {
+            for (int64_t k = 0; k < n; ++k) guard_ok &= y[k * ld + i] == T(-3);
+            if (i < m) guard_ok &= mean[i] == T(-5) && rstd[i] == T(-5);
+            continue;
+          }
+          double mu = 0.0, var = 0.0;
+          for (int64_t k = 0; k < n; ++k) mu += double(x[k * ld + i]);
+          mu /= double(n);
+          for (int64_t k = 0; k < n; ++k) var += (double(x[k * ld + i]) - mu) * (x[k * ld + i] - mu);
+          const double rs = 1.0 / sqrt(var / double(n) + 1e-5);
+          for (int64_t k = 0; k < n; ++k) {
+            double want = (double(x[k * ld + i]) - mu) * rs;
+            if (affine) want = want * double(w[k]) + double(b[k]);
+            const double got = double(y[k * ld + i]);
+            if (want != want) {
+              nan_ok &= got != got;
+            } else {
+              worst = std::max(worst, fabs(got - want) / (affine ? 1.0 + fabs(double(w[k])) : 1.0));
+            }
+          }
+        }
+        // The same call in two parts, cut at every example: the same bits.
+        for (int64_t cut = 1; cut < m - 1; cut += 3) {
+          a.y = y2.data();
+          fn(a, 1, cut);
+          fn(a, cut, m - 1);
+          split_ok &= memcmp(y.data(), y2.data(), sizeof(T) * y.size()) == 0;
+        }
+        Expect(worst <= tol && nan_ok && guard_ok && split_ok,
+               "%s: %s m=%lld n=%lld affine=%d: max err %.3g, NaN %d, guards %d, split %d",
+               isa.name, kname, (long long)m, (long long)n, affine, worst, nan_ok, guard_ok,
+               split_ok);
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Every field of KernelTable and its check. Ops land from separate branches in any order, so each
 // check compiles only when its field exists; the static_assert below fails when a field has none.
@@ -696,6 +765,8 @@ FASTLN_KERNEL(add_rms_norm_f16, CheckAddNorm<F16, kRms>)
 FASTLN_KERNEL(add_rms_norm_bf16, CheckAddNormBF16<kRms>)
 FASTLN_KERNEL(widen_f16, CheckWiden<F16>)
 FASTLN_KERNEL(widen_bf16, CheckWiden<BF16>)
+FASTLN_KERNEL(layer_norm_cols_f32, CheckCols<float>)
+FASTLN_KERNEL(layer_norm_cols_f64, CheckCols<double>)
 
 struct KernelCheck {
   const char *name;
@@ -715,6 +786,7 @@ constexpr KernelCheck kKernels[] = {
     FASTLN_ENTRY(add_rms_norm_f32),        FASTLN_ENTRY(add_rms_norm_f64),
     FASTLN_ENTRY(add_rms_norm_f16),        FASTLN_ENTRY(add_rms_norm_bf16),
     FASTLN_ENTRY(widen_f16),               FASTLN_ENTRY(widen_bf16),
+    FASTLN_ENTRY(layer_norm_cols_f32),     FASTLN_ENTRY(layer_norm_cols_f64),
 };
 constexpr size_t CoveredFields() {
   size_t k = 0;
