@@ -324,25 +324,21 @@ static_assert(kPrefetchNormalizeBytes > kPrefetchNearRowBytes &&
 // bias, x, y, weight and bias 16 bytes past a line, best of 21 rounds, three runs, new / old time):
 // 128x768 0.94-0.96, 128x1024 0.93-0.95, 2048x768 0.96-0.98; callgrind at 128x768 1457 -> 1421
 // instructions a row, memcpy's own included. The same bits.
-template <class St, int N>
-FASTLN_INLINE void CopyFew(typename St::E *y, const typename St::T *t, int64_t k) {
-  if constexpr (St::kNative) {
-    int64_t j = 0;
-    auto piece = [&](auto size) __attribute__((always_inline)) {
-      constexpr int C = decltype(size)::value;
-      if (C < N && (k & C)) {
-        __builtin_memcpy(y + j, t + j, C * sizeof(*t));
-        j += C;
-      }
-    };
-    static_assert(N <= 16, "pieces of 8, 4, 2 and 1 cover k < 16");
-    piece(std::integral_constant<int, 8>{});
-    piece(std::integral_constant<int, 4>{});
-    piece(std::integral_constant<int, 2>{});
-    piece(std::integral_constant<int, 1>{});
-  } else {
-    for (int64_t j = 0; j < k; ++j) y[j] = St::FromT(t[j]);
-  }
+template <int N, class T>
+FASTLN_INLINE void CopyFew(T *y, const T *t, int64_t k) {
+  int64_t j = 0;
+  auto piece = [&](auto size) __attribute__((always_inline)) {
+    constexpr int C = decltype(size)::value;
+    if (C < N && (k & C)) {
+      __builtin_memcpy(y + j, t + j, C * sizeof(T));
+      j += C;
+    }
+  };
+  static_assert(N <= 16, "pieces of 8, 4, 2 and 1 cover k < 16");
+  piece(std::integral_constant<int, 8>{});
+  piece(std::integral_constant<int, 4>{});
+  piece(std::integral_constant<int, 2>{});
+  piece(std::integral_constant<int, 1>{});
 }
 
 template <class St, bool kW, bool kB, bool kSplit, bool kStream, bool kPeel = false>
@@ -417,7 +413,11 @@ struct Normalizer {
       const int64_t base = Min(i, n - N);
       T tmp[N];
       S::Store(tmp, Compute(base));
-      CopyFew<St, N>(y + i, tmp + (i - base), end - i);
+      if constexpr (St::kNative) {
+        CopyFew<N>(y + i, tmp + (i - base), end - i);
+      } else {
+        for (; i < end; ++i) y[i] = St::FromT(tmp[i - base]);
+      }
       return;
     }
     for (; i < end; ++i) {
