@@ -50,6 +50,32 @@ def test_large_in_place(isa, streaming, rng, dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("cols", [256, 1031, 4097])
+@pytest.mark.parametrize("shift", [0, 1, 3, 8, 15])
+def test_streamed_rms_norm_rows(isa, streaming, rng, dtype, cols, shift):
+    # rms_norm streams y as layer_norm does (whole lines, plain stores at each end of a row): the
+    # same values as one-row calls (plain stores), whatever y's alignment, rows on the exact path
+    # (NaN, all zero) included; in place (plain stores) the same values again.
+    itemsize = np.dtype(dtype).itemsize
+    rows = (2 << 20) // (cols * itemsize) + 3
+    x = (0.5 + rng.standard_normal((rows, cols))).astype(dtype)
+    x[5, 7] = np.nan
+    x[6] = 0
+    w = rng.standard_normal(cols).astype(dtype)
+    buf = np.empty(rows * cols + 64, dtype)
+    start = (-buf.ctypes.data % 64) // itemsize + shift
+    y = buf[start:start + rows * cols].reshape(rows, cols)
+    fastln.rms_norm(x, w, out=y)
+    for r in (0, 1, 5, 6, rows // 2, rows - 1):
+        np.testing.assert_array_equal(y[r], fastln.rms_norm(x[r:r + 1], w)[0])
+    assert np.isnan(y[5]).all() and (y[6] == 0).all()
+    ok = np.isfinite(x).all(axis=1)
+    np.testing.assert_allclose(y[ok][::97], ref.rms_norm(x[ok][::97], w), rtol=0, atol=TOL[dtype])
+    fastln.rms_norm(x, w, out=x)
+    np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("rows", [1, 2, 3, 4, 7])
 @pytest.mark.parametrize("cols", [64, 100, 768])
 def test_row_pipeline_mixed_rows(isa, rng, dtype, rows, cols):

@@ -5,7 +5,9 @@
 // format (Native<T>, Float16Format, BFloat16Format: see kernels-inl.h) and with the residual add
 // as the first read of each row (FirstRead). One read of x and res, one write each of h and y;
 // 16-bit values are widened and rounded in registers. A large y takes the layer norm's
-// non-temporal stores; h is never streamed, as the later passes of the row read it back from L1.
+// non-temporal stores (the RMS norm's: native rows without the residual add, RmsStreamY, which is
+// how Python's rms_norm calls it); h is never streamed, as the later passes of the row read it
+// back from L1.
 
 FASTLN_OPS_BEGIN
 
@@ -31,7 +33,7 @@ void AddLayerNormRows16(const AddNormArgs<uint16_t, float> &a, int64_t r0, int64
 
 template <class T>
 void AddRmsNormRows(const AddNormArgs<T, T> &a, int64_t r0, int64_t r1) {
-  RmsNormRowsOf<Native<T>>(a, r0, r1);
+  RmsNormRowsOf<Native<T>>(a, r0, r1, true);
 }
 
 template <class F>

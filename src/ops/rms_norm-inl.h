@@ -103,8 +103,10 @@ inline double SquaresRotated(const Src &src, int64_t n) {
 // 2048x64 27.82 -> 26.69. Aligned rows within 1.3% either way.
 constexpr int64_t kAlignRowBytes = 1024;
 
-// y = x * rstd (* w), x and y stored in format St.
-template <class St, bool kW, bool kPeel = false>
+// y = x * rstd (* w), x and y stored in format St. kStream (native formats only; see
+// RmsStreamY): y's whole lines take non-temporal stores, the values before its first line boundary
+// and after its last plain ones (a line written partly by each kind is slow).
+template <class St, bool kW, bool kPeel = false, bool kStream = false>
 inline void ScaleRow(const typename St::E *x, typename St::E *y, int64_t n,
                      const typename St::T *w, typename St::T rstd) {
   using T = typename St::T;
@@ -112,11 +114,12 @@ inline void ScaleRow(const typename St::E *x, typename St::E *y, int64_t n,
   using V = typename S::V;
   constexpr int N = S::N;
   const V vr = S::Set(rstd);
-  auto one = [&](int64_t i) {
+  auto value = [&](int64_t i) {
     V u = S::Mul(St::Load(x + i), vr);
     if (kW) u = S::Mul(u, S::Load(w + i));
-    St::StoreY(y + i, u);
+    return u;
   };
+  auto one = [&](int64_t i) { St::StoreY(y + i, value(i)); };
   auto scalar = [&](int64_t i) {
     T u = St::ToT(x[i]) * rstd;
     if (kW) u = u * w[i];
@@ -126,6 +129,18 @@ inline void ScaleRow(const typename St::E *x, typename St::E *y, int64_t n,
   // vector boundary, the values before it one at a time (the same two roundings as a lane), so
   // that no load of x crosses a line.
   int64_t i = 0;
+  if constexpr (kStream) {
+    static_assert(St::kNative && !kPeel, "streamed rows start their vectors at y's line");
+    constexpr int64_t kLine = 64 / int64_t(sizeof(typename St::E));
+    static_assert(kLine % N == 0, "a line is whole vectors");
+    const int64_t mis = int64_t(reinterpret_cast<uintptr_t>(y) % 64) / int64_t(sizeof(T));
+    for (const int64_t h = Min(n, mis ? kLine - mis : 0); i < h; ++i) scalar(i);
+    for (const int64_t lines = i + (n - i) / kLine * kLine; i < lines; i += kLine) {
+      V v[kLine / N];
+      for (int k = 0; k < kLine / N; ++k) v[k] = value(i + k * N);
+      for (int k = 0; k < kLine / N; ++k) St::StoreStream(y + i + k * N, v[k]);
+    }
+  }
   if (kPeel && St::kNative) {
     for (const int64_t h = ValuesToVector<T>(x, n); i < h; ++i) scalar(i);
   }
@@ -175,7 +190,7 @@ inline double RmsExactRow(const typename St::E *x, typename St::E *y, int64_t n,
 // With kRes that first read is the residual add (see FirstRead), and the scaling reads h. With
 // kRealign (rows of kAlignRowBytes or more) the first read is by RealignedRowOf (same values; see
 // RealignRows), by aligned loads alone (SquaresRotated).
-template <class St, bool kRes, bool kW, bool kRealign = false>
+template <class St, bool kRes, bool kW, bool kRealign = false, bool kStream = false>
 void RmsNormRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0,
                   int64_t r1) {
   using T = typename St::T;
@@ -210,22 +225,61 @@ void RmsNormRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t 
     double rstd;
     if (IsFinite(ms) && ms + a.eps >= TinyVar<T>()) {
       rstd = 1.0 / Sqrt(ms + a.eps);
-      ScaleRow<St, kW, kRealign>(x, y, n, a.weight, T(rstd));
+      ScaleRow<St, kW, kRealign && !kStream, kStream>(x, y, n, a.weight, T(rstd));
     } else {
       rstd = RmsExactRow<St>(x, y, n, a.weight, a.eps);
     }
     if (a.rstd) a.rstd[r] = T(rstd);
   }
+  if (kStream) S::StreamFence();  // order the streamed y before whatever reads it next
+}
+
+// Whether an RMS norm of native rows without the residual add writes y with non-temporal stores:
+// the layer norm's rule (StreamY), at the size it takes for long rows split across threads (on
+// AMD CPUs 16 MiB) at every thread count. Measured on an AMD EPYC (Zen 4) guest (2026-12-04, with
+// weight, streamed / plain time; libfastln through ctypes, both builds in one process, x, y and
+// weight 16 bytes past a line, best of 5 or 7 rounds, two runs): 1 thread, float32 2 MiB
+// (512x1024) 1.13-1.34, 4 MiB 1.07-1.13, 8 MiB (2048x1024) 0.95-0.99, 12 MiB 0.85-0.91, 16 MiB
+// (4096x1024) 0.70-0.83, 32 MiB (2048x4096) 0.62-0.65; float64 2 MiB (512x512) 1.08-1.35, 8 MiB
+// (1024x1024) 0.49-0.74, 16 MiB 0.45-0.54. 2 threads, from 16 MiB: float32 4096x1024 0.76-0.78,
+// 8192x768 0.72, 8192x1024 0.68, 32768x1024 0.68, 2048x4096 0.60, 1024x4096 0.60-0.64; float64
+// 512x4096 0.62, 2048x1024 0.63-0.67. Through Python (fastln.rms_norm, out=, 1 thread, streaming
+// set on and off in turn, best of 7 or 9 rounds, two or three runs), 8 MiB lost: float32 2048x1024
+// 1.03-1.17, 512x4096 1.00-1.10, float64 1024x1024 1.09-1.11; from 16 MiB it won (one run: float32
+// 4096x1024 0.85, 8192x1024 0.72, 2048x4096 0.69; float64 2048x1024 0.52).
+// The same bits streamed or not (the same lane arithmetic; values before y's first line
+// boundary take the scalar form of it). Not measured on Intel CPUs.
+template <class St>
+inline bool RmsStreamY(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0,
+                       int64_t r1) {
+  const int64_t row_bytes = a.cols * int64_t(sizeof(typename St::E));
+  const int64_t rows = CallRows(a, r0, r1);
+  return St::kNative && !a.res && a.y != a.x &&
+         rows * row_bytes >= StreamBytes(St::kNative, true, true) &&
+         row_bytes >= kStreamRowBytes &&
+         reinterpret_cast<uintptr_t>(a.y) % sizeof(typename St::E) == 0;
 }
 
 // RMS norm of rows stored in format St, with the residual add when a.res is not null. Uses x, y,
 // weight, rstd, cols and eps of the arguments (and res, h); bias and mean are ignored.
 template <class St>
 void RmsNormRowsOf(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0,
-                   int64_t r1) {
+                   int64_t r1, bool stream = false) {
   if (a.res) {
     if (a.weight) return RmsNormRowsT<St, true, true>(a, r0, r1);
     return RmsNormRowsT<St, true, false>(a, r0, r1);
+  }
+  if constexpr (St::kNative) {
+    if (stream && RmsStreamY<St>(a, r0, r1)) {
+      if constexpr (RealignOf<Simd<typename St::T>>::value) {
+        if (RealignRows<St>(a) && a.cols * int64_t(sizeof(typename St::E)) >= kAlignRowBytes) {
+          if (a.weight) return RmsNormRowsT<St, false, true, true, true>(a, r0, r1);
+          return RmsNormRowsT<St, false, false, true, true>(a, r0, r1);
+        }
+      }
+      if (a.weight) return RmsNormRowsT<St, false, true, false, true>(a, r0, r1);
+      return RmsNormRowsT<St, false, false, false, true>(a, r0, r1);
+    }
   }
   if constexpr (RealignOf<Simd<typename St::T>>::value && St::kNative) {
     if (RealignRows<St>(a) && a.cols * int64_t(sizeof(typename St::E)) >= kAlignRowBytes) {
@@ -242,7 +296,7 @@ template <class T>
 void RmsNormRows(const LayerNormArgs<T> &a, int64_t r0, int64_t r1) {
   const AddNormArgs<T, T> b{a.x,    a.ldx,  nullptr, 0,      nullptr, 0,     a.y,    a.ldy,
                             a.weight, a.bias, a.mean, a.rstd, a.cols,  a.eps, nullptr};
-  RmsNormRowsOf<Native<T>>(b, r0, r1);
+  RmsNormRowsOf<Native<T>>(b, r0, r1, a.stream);
 }
 
 FASTLN_OPS_END
