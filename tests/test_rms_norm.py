@@ -239,3 +239,133 @@ def test_rows_do_not_depend_on_where_arrays_lie(isa, rng, placed, dtype, cols):
             else:
                 y = fastln.rms_norm(xs, ws, 1e-6, out=xs)
             np.testing.assert_array_equal(y, want, err_msg=f"shift {shift}")
+
+
+# Row lengths around the short-row pipeline (AVX2 float32: 8 to 128 values; AVX-512 and float64
+# scale with the vector), 9, 50 and 101 ending in a partial vector.
+SHORT_COLS = [4, 8, 9, 16, 50, 64, 101, 128, 256, 264]
+
+
+def _rms_mixed_rows(rng, rows, cols, dtype):
+    """Ordinary rows with, at fixed places, the rows the short pipeline hands to the general path
+    (NaN, +Inf, squares that overflow) and rows it must keep right (zeros, a large offset, a
+    constant row, values whose squares underflow, a negative mean)."""
+    x = (0.5 + 2.0 * rng.standard_normal((rows, cols))).astype(dtype)
+    big = 1e20 if dtype == np.float32 else 1e160
+    tiny = 1e-25 if dtype == np.float32 else 1e-170
+    special = {0: ("zero", 0.0), 1: ("offset", 1e4), 3: ("nan", None), 4: ("constant", 7.25),
+               6: ("inf", None), 8: ("big", big), 9: ("tiny", tiny), 11: ("negative", -3.0)}
+    kinds = {}
+    for r, (kind, v) in special.items():
+        if r >= rows:
+            continue
+        kinds[r] = kind
+        if kind == "nan":
+            x[r, cols // 3] = np.nan
+        elif kind == "inf":
+            x[r, -1] = np.inf
+        elif kind in ("zero", "constant"):
+            x[r] = v
+        elif kind in ("big", "tiny"):
+            x[r] = (v * rng.standard_normal(cols)).astype(dtype)
+        else:
+            x[r] += dtype(v)
+    return x, kinds
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("cols", SHORT_COLS)
+@pytest.mark.parametrize("rows", [1, 2, 3, 5, 12, 23])
+def test_short_rows_mixed_rows(isa, rng, dtype, cols, rows):
+    """Short rows go through the layer norm's staged pipeline two at a time; each row's result
+    must be its own (alone, after another row, at an odd count, in place), right next to the
+    float64 reference, with the aside rows (NaN, Inf, overflowing squares) exact or NaN."""
+    x, kinds = _rms_mixed_rows(rng, rows, cols, dtype)
+    w = rng.standard_normal(cols).astype(dtype)
+    for weight in (None, w):
+        y, rstd = fastln.rms_norm(x, weight, 1e-6, return_stats=True)
+        with np.errstate(invalid="ignore", over="ignore"):
+            y_ref, rstd_ref = ref.rms_norm(x, weight, eps=1e-6, return_stats=True)
+        if 8 in kinds:  # the reference's float64 squares overflow too: scale it, eps is nothing
+            big = float(np.abs(x[8]).max())
+            y_ref[8], rstd_ref[8] = ref.rms_norm(x[8] / big, weight, eps=0.0, return_stats=True)
+            rstd_ref[8] /= big
+        bad = [r for r, k in kinds.items() if k in ("nan", "inf")]
+        good = [r for r in range(rows) if r not in bad]
+        for r in bad:
+            assert np.isnan(y[r]).all() and np.isnan(rstd[r]), r
+        scale = 1.0 if weight is None else float(np.abs(w).max())
+        assert _max_err(y[good], y_ref[good]) <= 4 * TOL[dtype] * scale
+        np.testing.assert_allclose(rstd[good], rstd_ref[good], rtol=TOL[dtype])
+        for r in range(rows):
+            np.testing.assert_array_equal(fastln.rms_norm(x[r : r + 1], weight, 1e-6), y[r : r + 1])
+        if rows > 1:  # every pair of rows shifted by one
+            np.testing.assert_array_equal(fastln.rms_norm(x[1:], weight, 1e-6), y[1:])
+        xc = x.copy()
+        assert fastln.rms_norm(xc, weight, 1e-6, out=xc) is xc
+        np.testing.assert_array_equal(xc, y)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+@pytest.mark.parametrize("cols", [9, 64, 101, 128])
+def test_short_rows_residual_and_threads(isa, rng, dtype, cols):
+    """The fused residual add is bit for bit the norm of x + residual, and no row depends on how
+    the rows were split between threads."""
+    rows = 301
+    x = (0.5 + 2.0 * rng.standard_normal((rows, cols))).astype(dtype)
+    x[7, 3] = np.nan
+    x[100] += dtype(300)
+    r = rng.standard_normal((rows, cols)).astype(dtype)
+    w = rng.standard_normal(cols).astype(dtype)
+    fastln.set_num_threads(1)
+    try:
+        h = x + r
+        want = fastln.rms_norm(h, w)
+        y, hh = fastln.rms_norm(x, w, residual=r)
+        np.testing.assert_array_equal(hh, h)
+        np.testing.assert_array_equal(y, want)
+        fastln.set_num_threads(2)
+        np.testing.assert_array_equal(fastln.rms_norm(h, w), want)
+        y2, _ = fastln.rms_norm(x, w, residual=r)
+        np.testing.assert_array_equal(y2, want)
+    finally:
+        fastln.set_num_threads(0)
+    good = [k for k in range(rows) if k != 7]
+    assert np.isnan(want[7]).all()
+    y_ref = ref.rms_norm(h[good].astype(np.float64), w.astype(np.float64))
+    tol = {np.float16: 4e-3, np.float32: 1e-5, np.float64: 1e-13}[dtype]
+    assert _max_err(want[good], y_ref) <= tol * float(np.abs(w).max())
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("cols", [64, 101])
+def test_short_rows_same_bits_in_large_calls(isa, rng, dtype, cols):
+    """Calls of 16 MiB or more take short rows one at a time instead of through the staged
+    pipeline, with the same arithmetic: a row's bits do not depend on the size of the call, with
+    or without the residual add, on one thread or two."""
+    item = np.dtype(dtype).itemsize
+    rows = (16 << 20) // (cols * item) + 3
+    x = (0.5 + 2.0 * rng.standard_normal((rows, cols))).astype(dtype)
+    x[5, 3] = np.nan
+    x[9] *= dtype(1e4)
+    w = rng.standard_normal(cols).astype(dtype)
+    picks = [0, 1, 5, 9, 10, rows // 2, rows - 2, rows - 1]
+    small = {r: fastln.rms_norm(x[r : r + 3], w, return_stats=True) for r in picks}
+    for threads in (1, 2):
+        fastln.set_num_threads(threads)
+        try:
+            y, rstd = fastln.rms_norm(x, w, return_stats=True)
+            r_in = (0.25 * rng.standard_normal((rows, cols))).astype(dtype)
+            y_res, h = fastln.rms_norm(x, w, residual=r_in)
+        finally:
+            fastln.set_num_threads(0)
+        for r in picks:
+            k = min(3, rows - r)
+            np.testing.assert_array_equal(y[r : r + k], small[r][0][:k], err_msg=f"row {r}")
+            np.testing.assert_array_equal(rstd[r : r + k], small[r][1][:k], err_msg=f"row {r}")
+            hs = h[r : r + k]
+            np.testing.assert_array_equal(y_res[r : r + k], fastln.rms_norm(hs, w), err_msg=f"row {r}")
+    assert np.isnan(y[5]).all()
+    good = [r for r in picks if r != 5]
+    y_ref = ref.rms_norm(x[good], w)
+    assert _max_err(y[good], y_ref) <= 4 * TOL[dtype] * float(np.abs(w).max())

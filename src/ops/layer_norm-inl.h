@@ -1212,7 +1212,58 @@ FASTLN_INLINE void ShortNormalize(const typename St::E *x0, typename St::E *y0,
   }
 }
 
-template <class St, bool kRes, bool kW, bool kB, bool kStream, bool kTail, bool kAhead>
+// kTail, rows whose values end in a partial vector: their whole vectors [0, nfull), then the
+// vector that ends the row, [n - N, n), whose lanes below nfull duplicate values already read and
+// are zeroed for the statistics (Of). A template parameter, not a test of n: rows of whole vectors
+// ran 4-8% slower with the tail's code in their loop (C loop over the kernel, float32 2048x64,
+// 8192x64 and 512x64, three runs).
+//
+// Of(src): the last vector of a row's first read, [n - N, n) with the lanes below nfull zeroed:
+// times mask (0 on those lanes, 1 on the rest), exact for finite values (a row with NaN or Inf, or
+// whose squares overflow, goes aside whatever the mask makes of it). With the residual add, whose
+// first read writes h (which may be x or the residual), the values from nfull on are read one at
+// a time into a zeroed vector instead, so that no value is added and written twice. The two give
+// the same means and variances, so the fused add is bit for bit the unfused one: the vectors
+// differ only in the sign of zeroed lanes, which changes a sum only when it is zero, and a zero
+// sum becomes a mean of +0 either way.
+template <class St, bool kRes, bool kTail>
+struct ShortTail {
+  using T = typename St::T;
+  using S = Simd<T>;
+  using V = typename S::V;
+  static constexpr int N = S::N;
+  int64_t n, nfull;
+  V mask = S::Zero();
+  explicit ShortTail(int64_t cols) : n(cols), nfull(kTail ? cols / N * N : cols) {
+    if (kTail) {
+      T m[N];
+      for (int k = 0; k < N; ++k) m[k] = T(k >= nfull + N - n ? 1 : 0);
+      mask = S::Load(m);
+    }
+  }
+  template <class Src>
+  FASTLN_INLINE V Of(const Src &src) const {
+    if constexpr (kRes) {
+      T t[N];
+      for (int k = 0; k < N; ++k) t[k] = T(0);
+      for (int64_t i = nfull; i < n; ++i) t[i - (n - N)] = src.At(i);
+      return S::Load(t);
+    } else {
+      return S::Mul(src.Load(n - N), mask);
+    }
+  }
+};
+
+// The RMS norm's row that the short pipeline sends aside (kRms), in ops/rms_norm-inl.h.
+template <class St, bool kW>
+void RmsShortAside(const AddNormArgs<typename St::E, typename St::T> &g, int64_t r);
+
+// kRms: the RMS norm's rows (ops/rms_norm-inl.h, RmsNormRowsOf), through the same stages: the
+// sums of squares alone, a mean of zero (so no second pass and the short normalize form, with
+// c = -0 * rstd = -0, whose x * rstd + c is x * rstd to the bit: ScaleRow's product), no bias and
+// no mean written.
+template <class St, bool kRes, bool kW, bool kB, bool kStream, bool kTail, bool kAhead,
+          bool kRms = false>
 void ShortRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0, int64_t r1) {
   using T = typename St::T;
   using E = typename St::E;
@@ -1225,36 +1276,11 @@ void ShortRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0
   const double inv_n = 1.0 / double(n);
   const E *xs = First::Later(a);
   const int64_t lds = First::LaterLd(a);
-  // kTail, rows whose values end in a partial vector: their whole vectors [0, nfull), then the
-  // vector that ends the row, [n - N, n), whose lanes below nfull duplicate values already read
-  // and are zeroed for the statistics (tail_of). A template parameter, not a test of n: rows of
-  // whole vectors ran 4-8% slower with the tail's code in their loop (C loop over the kernel,
-  // float32 2048x64, 8192x64 and 512x64, three runs).
-  const int64_t nfull = kTail ? n / N * N : n;
-  V tail_mask = S::Zero();
-  if (kTail) {
-    T m[N];
-    for (int k = 0; k < N; ++k) m[k] = T(k >= nfull + N - n ? 1 : 0);
-    tail_mask = S::Load(m);
-  }
-  // The last vector of a row's first read, [n - N, n) with the lanes below nfull zeroed: times
-  // tail_mask (0 on those lanes, 1 on the rest), exact for finite values (a row with NaN or Inf, or
-  // whose squares overflow, goes aside whatever the mask makes of it). With the residual add, whose
-  // first read writes h (which may be x or the residual), the values from nfull on are read one at
-  // a time into a zeroed vector instead, so that no value is added and written twice. The two give
-  // the same means and variances, so the fused add is bit for bit the unfused one: the vectors
-  // differ only in the sign of zeroed lanes, which changes a sum only when it is zero, and a zero
-  // sum becomes a mean of +0 either way.
-  auto tail_of = [&](const typename First::Src &src) __attribute__((always_inline)) {
-    if constexpr (kRes) {
-      T t[N];
-      for (int k = 0; k < N; ++k) t[k] = T(0);
-      for (int64_t i = nfull; i < n; ++i) t[i - (n - N)] = src.At(i);
-      return S::Load(t);
-    } else {
-      return S::Mul(src.Load(n - N), tail_mask);
-    }
-  };
+  const ShortTail<St, kRes, kTail> tail(n);
+  const int64_t nfull = tail.nfull;
+  const V tail_mask = tail.mask;
+  auto tail_of = [&](const typename First::Src &src)
+                     __attribute__((always_inline)) { return tail.Of(src); };
   // In locals: a vector store may alias anything (GCC's vector types are may_alias), so members
   // of `a` read after one are loaded again, every vector.
   const T *const w = a.weight, *const b = a.bias;
@@ -1278,6 +1304,13 @@ void ShortRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0
   D2 mean3 = {0.0, 0.0}, var3 = {0.0, 0.0};  // stage 2: pair p + 1's mean and variance
   D2 mean4 = {0.0, 0.0}, var4 = {0.0, 0.0}, rstd4 = {0.0, 0.0};  // stage 3: pair p's,
   int fast4 = 0;  // and which of its rows (bit k: row k) the short form takes
+  auto aside = [&](int64_t r, int k) {
+    if constexpr (kRms) {
+      RmsShortAside<St, kW>(g, r);
+    } else {
+      ShortRowAside<St, kW, kB, kStream>(g, r, eps, mean4[k], var4[k]);
+    }
+  };
   for (int64_t p = -3; p < pairs; ++p) {
     // Stage 4: normalize pair p.
     if (p >= 0) {
@@ -1301,19 +1334,19 @@ void ShortRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0
           ShortNormalize<St, kW, kB, kStream, false>(x, y, x, y, n, nfull, w, b, vr0, vc0, vr0,
                                                      vc0);
         } else {
-          ShortRowAside<St, kW, kB, kStream>(g, r, eps, mean4[0], var4[0]);
+          aside(r, 0);
         }
         if (two) {
           if (fast4 & 2) {
             ShortNormalize<St, kW, kB, kStream, false>(x + lds, y + ldy, x, y, n, nfull, w, b,
                                                        vr1, vc1, vr1, vc1);
           } else {
-            ShortRowAside<St, kW, kB, kStream>(g, r + 1, eps, mean4[1], var4[1]);
+            aside(r + 1, 1);
           }
         }
       }
       // Aside rows wrote their own statistics.
-      if (mean_out) {
+      if (!kRms && mean_out) {
         if (fast4 & 1) mean_out[r] = T(mean4[0]);
         if (two && (fast4 & 2)) mean_out[r + 1] = T(mean4[1]);
       }
@@ -1343,7 +1376,7 @@ void ShortRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0
       mean3 = e * inv_n + 0.0;  // a row of -0 has mean +0, as in RowMoments
       var3 = (q - e * mean3) * inv_n;
       const M2 near = mean3 * mean3 <= kPivot * kPivot * var3;
-      if (!(near[0] && near[1])) {
+      if (!kRms && !(near[0] && near[1])) {
         const int64_t r = r0 + 2 * (p + 2);
         for (int k = 0; k < 2 && r + k < r1; ++k) {
           double m = mean3[k], v = var3[k];
@@ -1367,35 +1400,41 @@ void ShortRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0
         }
       }
       const typename First::Src s0 = First::Row(a, r);
-      sa = s0.Load(0);
-      qa = S::Mul(sa, sa);
+      // kRms: sa and sb stay zero, so the reduce stage's means are +0.
+      auto add = [](V &s, V v) __attribute__((always_inline)) {
+        if (!kRms) s = S::Add(s, v);
+      };
+      const V f0 = s0.Load(0);
+      if (!kRms) sa = f0;
+      qa = S::Mul(f0, f0);
       if (r + 1 < r1) {
         const typename First::Src s1 = First::Row(a, r + 1);
-        sb = s1.Load(0);
-        qb = S::Mul(sb, sb);
+        const V f1 = s1.Load(0);
+        if (!kRms) sb = f1;
+        qb = S::Mul(f1, f1);
         for (int64_t i = N; i < nfull; i += N) {
           const V v0 = s0.Load(i), v1 = s1.Load(i);
-          sa = S::Add(sa, v0);
-          sb = S::Add(sb, v1);
+          add(sa, v0);
+          add(sb, v1);
           qa = S::MulAdd(v0, v0, qa);
           qb = S::MulAdd(v1, v1, qb);
         }
         if (kTail && nfull < n) {
           const V v0 = tail_of(s0), v1 = tail_of(s1);
-          sa = S::Add(sa, v0);
-          sb = S::Add(sb, v1);
+          add(sa, v0);
+          add(sb, v1);
           qa = S::MulAdd(v0, v0, qa);
           qb = S::MulAdd(v1, v1, qb);
         }
       } else {
         for (int64_t i = N; i < nfull; i += N) {
           const V v0 = s0.Load(i);
-          sa = S::Add(sa, v0);
+          add(sa, v0);
           qa = S::MulAdd(v0, v0, qa);
         }
         if (kTail && nfull < n) {
           const V v0 = tail_of(s0);
-          sa = S::Add(sa, v0);
+          add(sa, v0);
           qa = S::MulAdd(v0, v0, qa);
         }
         sb = qb = S::Zero();
@@ -1405,8 +1444,12 @@ void ShortRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0
   if (kStream) S::StreamFence();
 }
 
-template <class St, bool kRes, bool kStream, bool kTail, bool kAhead = false>
+template <class St, bool kRes, bool kStream, bool kTail, bool kAhead = false, bool kRms = false>
 void ShortRowsW(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0, int64_t r1) {
+  if constexpr (kRms) {
+    if (a.weight) return ShortRowsT<St, kRes, true, false, kStream, kTail, kAhead, true>(a, r0, r1);
+    return ShortRowsT<St, kRes, false, false, kStream, kTail, kAhead, true>(a, r0, r1);
+  }
   if (a.weight && a.bias) {
     return ShortRowsT<St, kRes, true, true, kStream, kTail, kAhead>(a, r0, r1);
   }

@@ -234,6 +234,13 @@ void RmsNormRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t 
   if (kStream) S::StreamFence();  // order the streamed y before whatever reads it next
 }
 
+// A short row that the short pipeline's stages leave aside (NaN or Inf, squares that overflow, a
+// mean square that may have underflowed): the loop above, which takes the exact path for it.
+template <class St, bool kW>
+void RmsShortAside(const AddNormArgs<typename St::E, typename St::T> &g, int64_t r) {
+  RmsNormRowsT<St, false, kW>(g, r, r + 1);
+}
+
 // Whether an RMS norm of native rows without the residual add writes y with non-temporal stores:
 // the layer norm's rule (StreamY), at the size it takes for long rows split across threads (on
 // AMD CPUs 16 MiB) at every thread count. Measured on an AMD EPYC (Zen 4) guest (2026-12-04, with
@@ -260,11 +267,112 @@ inline bool RmsStreamY(const AddNormArgs<typename St::E, typename St::T> &a, int
          reinterpret_cast<uintptr_t>(a.y) % sizeof(typename St::E) == 0;
 }
 
+// Short rows (ShortRow: AVX2 float, 8 to 128 values) in calls of less than kRmsShortPlainBytes
+// take the layer norm's staged pipeline (ShortRowsT with kRms). In the loop above each row's sum
+// of squares ends in a reduction across lanes, a conversion, a square root and a division, one row
+// after another, and that latency chain, not the arithmetic, set the pace; the pipeline's stages
+// overlap it, as they do for the layer norm's short rows. In larger calls, where x and y together
+// fill L3, the pipeline was slower than the loop above (also when it asked for lines ahead), so
+// they take RmsShortPlain, one row at a time with the pipeline's arithmetic: a row's bits do not
+// depend on the size of the call.
+//
+// Measured on an AMD EPYC (Zen 4) guest, 2026-12-04, libfastln through ctypes, both builds in one
+// process, AVX2, with weight, x and y 16 bytes past a line, best of 9 or 11 rounds, new / old time
+// on 1 thread (2 threads): float32 2048x64 0.59-0.66 (0.62), 8192x64 0.52 (0.58), 32768x64
+// 0.64 (0.61), 128x64 0.73 (0.69), 2048x128 0.82 (0.85), 8192x128 0.78-0.82, 512x100 0.53
+// (0.51), 2048x16 0.36 (0.37), 8x64 0.99-1.06; float64 2048x64 0.89 (0.85), 8192x32 0.65 (0.70),
+// 512x50 0.61 (0.68). Slower: float32 16384x128 (8 MiB) 1.32-1.43 (1.01), 32768x100 1.22
+// (RmsShortPlain from 8 MiB, tried: 1.37 and 1.00, but 32768x64 1.14); from 16 MiB, with
+// RmsShortPlain, float32 32768x128 1.00-1.17 (0.97), 131072x64 0.97-1.16 (0.94), float64 32768x64
+// 0.99 (0.93). Inferred, not measured: what RmsShortPlain pays against the loop above is its
+// single chain of squares a row (the pipeline's arithmetic) where that loop has four.
+//
+// RmsShortPlain: ShortRowsT's stages for one row at a time, in order: one chain of squares a row,
+// the pair reduction (ReducePairs, whose lanes for one row do not depend on the other's), the same
+// double arithmetic for rstd, ShortNormalize, and RmsShortAside for the same rows.
+template <class St, bool kRes, bool kW, bool kTail>
+void RmsShortPlain(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0, int64_t r1) {
+  using T = typename St::T;
+  using E = typename St::E;
+  using S = Simd<T>;
+  using V = typename S::V;
+  using First = FirstRead<St, kRes>;
+  constexpr int N = S::N;
+  const int64_t n = a.cols;
+  const double eps = a.eps, inv_n = 1.0 / double(n);
+  const E *xs = First::Later(a);
+  const int64_t lds = First::LaterLd(a);
+  const ShortTail<St, kRes, kTail> tail(n);
+  const int64_t nfull = tail.nfull;
+  AddNormArgs<E, T> g = a;
+  g.x = xs;
+  g.ldx = lds;
+  g.res = nullptr;
+  for (int64_t r = r0; r < r1; ++r) {
+    const typename First::Src src = First::Row(a, r);
+    V v = src.Load(0);
+    V q = S::Mul(v, v);
+    for (int64_t i = N; i < nfull; i += N) {
+      v = src.Load(i);
+      q = S::MulAdd(v, v, q);
+    }
+    if (kTail && nfull < n) {
+      v = tail.Of(src);
+      q = S::MulAdd(v, v, q);
+    }
+    D2 e, qq;
+    ReducePairs<S>(S::Zero(), q, S::Zero(), S::Zero(), &e, &qq);
+    const D2 mean = e * inv_n + 0.0, var = (qq - e * mean) * inv_n, ve = var + eps;
+    const M2 ok = (mean * mean <= kNear * kNear * var) & (ve >= TinyVar<T>()) &
+                  (var <= kMaxDouble);
+    const D2 rstd = 1.0 / Sqrt2(ve), c = -mean * rstd;
+    if (ok[0]) {
+      const V vr = S::Set(T(rstd[0])), vc = S::Set(T(c[0]));
+      ShortNormalize<St, kW, false, false, false>(xs + r * lds, a.y + r * a.ldy, xs + r * lds,
+                                                  a.y + r * a.ldy, n, nfull, a.weight, nullptr,
+                                                  vr, vc, vr, vc);
+      if (a.rstd) a.rstd[r] = T(rstd[0]);
+    } else {
+      RmsShortAside<St, kW>(g, r);
+    }
+  }
+}
+
+constexpr int64_t kRmsShortPlainBytes = int64_t(16) << 20;
+
+// Short rows of native values that stream y (RmsStreamY: AVX-512 rows of 1 KiB) take the pipeline
+// with non-temporal stores where every row is whole lines (WholeLines), plain stores elsewhere: the
+// same arithmetic either way, as for the layer norm's short rows.
+template <class St, bool kRes, bool kTail>
+void RmsShortRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0, int64_t r1,
+                   bool stream) {
+  if constexpr (St::kNative && !kRes && !kTail) {
+    if (stream && RmsStreamY<St>(a, r0, r1) && WholeLines<St>(a)) {
+      return ShortRowsW<St, false, true, false, false, true>(a, r0, r1);
+    }
+  }
+  const int64_t row_bytes = a.cols * int64_t(sizeof(typename St::E));
+  if (CallRows(a, r0, r1) * row_bytes < kRmsShortPlainBytes) {
+    return ShortRowsW<St, kRes, false, kTail, false, true>(a, r0, r1);
+  }
+  if (a.weight) return RmsShortPlain<St, kRes, true, kTail>(a, r0, r1);
+  return RmsShortPlain<St, kRes, false, kTail>(a, r0, r1);
+}
+
 // RMS norm of rows stored in format St, with the residual add when a.res is not null. Uses x, y,
 // weight, rstd, cols and eps of the arguments (and res, h); bias and mean are ignored.
 template <class St>
 void RmsNormRowsOf(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0,
                    int64_t r1, bool stream = false) {
+  if (ShortRow<St>(a.cols, true)) {
+    const bool tail = a.cols % Simd<typename St::T>::N != 0;
+    if (a.res) {
+      if (tail) return RmsShortRowsT<St, true, true>(a, r0, r1, stream);
+      return RmsShortRowsT<St, true, false>(a, r0, r1, stream);
+    }
+    if (tail) return RmsShortRowsT<St, false, true>(a, r0, r1, stream);
+    return RmsShortRowsT<St, false, false>(a, r0, r1, stream);
+  }
   if (a.res) {
     if (a.weight) return RmsNormRowsT<St, true, true>(a, r0, r1);
     return RmsNormRowsT<St, true, false>(a, r0, r1);
@@ -295,7 +403,7 @@ void RmsNormRowsOf(const AddNormArgs<typename St::E, typename St::T> &a, int64_t
 template <class T>
 void RmsNormRows(const LayerNormArgs<T> &a, int64_t r0, int64_t r1) {
   const AddNormArgs<T, T> b{a.x,    a.ldx,  nullptr, 0,      nullptr, 0,     a.y,    a.ldy,
-                            a.weight, a.bias, a.mean, a.rstd, a.cols,  a.eps, nullptr};
+                            a.weight, a.bias, a.mean, a.rstd, a.cols,  a.eps, nullptr, a.call_rows};
   RmsNormRowsOf<Native<T>>(b, r0, r1, a.stream);
 }
 
