@@ -205,7 +205,9 @@ def set_stream_bytes(nbytes: Optional[int] = None, nbytes16: Optional[int] = Non
     residual add aside, and from at least 8 MiB in rows of 16 KiB or more with weight or bias that
     take the column bands, see set_band_bytes; or FASTLN_STREAM_MIB MiB when set at start-up).
     rms_norm of float32 and float64 rows of 1 KiB or more streams too, without the residual add,
-    at the size for long rows split across threads (on AMD CPUs 16 MiB) at every thread count.
+    at the size for long rows split across threads (on AMD CPUs 16 MiB) at every thread count;
+    rows of exactly 1 KiB, which the AVX-512 kernels take as short rows, only where every row of
+    the output is whole cache lines (otherwise the call takes plain stores).
     The sizes count the whole call's output and, once set, apply at every thread count and row
     length. Calls in place (out= x, or with the residual add x or the residual) never stream.
     Where the crossover lies depends on the machine's caches: see README, "Choosing the

@@ -1254,6 +1254,52 @@ struct ShortTail {
   }
 };
 
+// The RMS norm's sum of squares of one short row (kRms). Rows of more than kOneChainVecs vectors
+// take two chains, the row's vectors 1, 3, 5, ... in one and 0, 2, 4, ... and the partial last
+// vector in the other, added at the end: with one chain a row rows of 16 vectors waited on 16
+// dependent FMAs. Shorter rows keep one chain, in the order of the pipeline's stage 1, which runs
+// them two rows to a loop (kept there: one loop a row cost float32 2048x64 4-5%). The pipeline
+// and RmsShortPlain both take this arithmetic, so that a row's bits do not depend on which runs it.
+// Measured on an AMD EPYC (Zen 4) guest (2026-12-04, libfastln through ctypes, both builds in one
+// process, AVX2, with weight, x and y 16 bytes past a line, best of 11 or 15 rounds, new / old
+// time, 1 thread): float32 16384x128 0.52-0.63, 8192x128 0.84-0.85, 2048x128 0.89, 32768x100
+// 0.84-0.85, 65536x128 (RmsShortPlain) 0.86-0.91, 512x100 0.98-1.01, 2048x96 1.01-1.04; float64
+// 16384x64 0.60-0.66, 8192x64 0.86-0.90, 2048x64 0.86-0.93.
+constexpr int64_t kOneChainVecs = 8;
+
+template <class St, bool kRes, bool kTail, class Src>
+FASTLN_INLINE typename Simd<typename St::T>::V RmsSquares(const Src &src,
+                                                          const ShortTail<St, kRes, kTail> &tail) {
+  using S = Simd<typename St::T>;
+  using V = typename S::V;
+  constexpr int N = S::N;
+  const int64_t nfull = tail.nfull;
+  const V f = src.Load(0);
+  V q0 = S::Mul(f, f), q1 = S::Zero();
+  int64_t i = N;
+  if (nfull <= kOneChainVecs * N) {
+    for (; i < nfull; i += N) {
+      const V v = src.Load(i);
+      q0 = S::MulAdd(v, v, q0);
+    }
+  } else {
+    for (; i + 2 * N <= nfull; i += 2 * N) {
+      const V u = src.Load(i), v = src.Load(i + N);
+      q1 = S::MulAdd(u, u, q1);
+      q0 = S::MulAdd(v, v, q0);
+    }
+    if (i < nfull) {
+      const V u = src.Load(i);
+      q1 = S::MulAdd(u, u, q1);
+    }
+  }
+  if (kTail && nfull < tail.n) {
+    const V v = tail.Of(src);
+    q0 = S::MulAdd(v, v, q0);
+  }
+  return S::Add(q0, q1);
+}
+
 // The RMS norm's row that the short pipeline sends aside (kRms), in ops/rms_norm-inl.h.
 template <class St, bool kW>
 void RmsShortAside(const AddNormArgs<typename St::E, typename St::T> &g, int64_t r);
@@ -1389,7 +1435,8 @@ void ShortRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0
       }
     }
     // Stage 1: pair p + 3's sums, of the values and their squares (their first read: with kRes,
-    // h = x + res is written here). One vector of each row a step, four chains.
+    // h = x + res is written here). One vector of each row a step, four chains (kRms: see
+    // RmsSquares).
     if (p + 3 < pairs) {
       const int64_t r = r0 + 2 * (p + 3);
       if (kAhead) {
@@ -1400,7 +1447,13 @@ void ShortRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0
         }
       }
       const typename First::Src s0 = First::Row(a, r);
-      // kRms: sa and sb stay zero, so the reduce stage's means are +0.
+      if (kRms && nfull > kOneChainVecs * N) {
+        qa = RmsSquares(s0, tail);
+        qb = r + 1 < r1 ? RmsSquares(First::Row(a, r + 1), tail) : S::Zero();
+        continue;
+      }
+      // kRms: sa and sb stay zero, so the reduce stage's means are +0; the squares' one chain
+      // a row is RmsSquares' arithmetic (the + 0 it ends with changes no sum of squares).
       auto add = [](V &s, V v) __attribute__((always_inline)) {
         if (!kRms) s = S::Add(s, v);
       };

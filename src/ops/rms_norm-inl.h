@@ -284,10 +284,10 @@ inline bool RmsStreamY(const AddNormArgs<typename St::E, typename St::T> &a, int
 // 512x50 0.61 (0.68). Slower: float32 16384x128 (8 MiB) 1.32-1.43 (1.01), 32768x100 1.22
 // (RmsShortPlain from 8 MiB, tried: 1.37 and 1.00, but 32768x64 1.14); from 16 MiB, with
 // RmsShortPlain, float32 32768x128 1.00-1.17 (0.97), 131072x64 0.97-1.16 (0.94), float64 32768x64
-// 0.99 (0.93). Inferred, not measured: what RmsShortPlain pays against the loop above is its
-// single chain of squares a row (the pipeline's arithmetic) where that loop has four.
+// 0.99 (0.93). Those rows then had one chain of squares a row; RmsSquares (layer_norm-inl.h) since
+// gives rows of more than 8 vectors two, which made float32 16384x128 0.52-0.63 of that time.
 //
-// RmsShortPlain: ShortRowsT's stages for one row at a time, in order: one chain of squares a row,
+// RmsShortPlain: ShortRowsT's stages for one row at a time, in order: RmsSquares' chains a row,
 // the pair reduction (ReducePairs, whose lanes for one row do not depend on the other's), the same
 // double arithmetic for rstd, ShortNormalize, and RmsShortAside for the same rows.
 template <class St, bool kRes, bool kW, bool kTail>
@@ -297,7 +297,6 @@ void RmsShortPlain(const AddNormArgs<typename St::E, typename St::T> &a, int64_t
   using S = Simd<T>;
   using V = typename S::V;
   using First = FirstRead<St, kRes>;
-  constexpr int N = S::N;
   const int64_t n = a.cols;
   const double eps = a.eps, inv_n = 1.0 / double(n);
   const E *xs = First::Later(a);
@@ -309,17 +308,7 @@ void RmsShortPlain(const AddNormArgs<typename St::E, typename St::T> &a, int64_t
   g.ldx = lds;
   g.res = nullptr;
   for (int64_t r = r0; r < r1; ++r) {
-    const typename First::Src src = First::Row(a, r);
-    V v = src.Load(0);
-    V q = S::Mul(v, v);
-    for (int64_t i = N; i < nfull; i += N) {
-      v = src.Load(i);
-      q = S::MulAdd(v, v, q);
-    }
-    if (kTail && nfull < n) {
-      v = tail.Of(src);
-      q = S::MulAdd(v, v, q);
-    }
+    const V q = RmsSquares(First::Row(a, r), tail);
     D2 e, qq;
     ReducePairs<S>(S::Zero(), q, S::Zero(), S::Zero(), &e, &qq);
     const D2 mean = e * inv_n + 0.0, var = (qq - e * mean) * inv_n, ve = var + eps;
