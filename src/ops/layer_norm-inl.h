@@ -1300,6 +1300,24 @@ FASTLN_INLINE typename Simd<typename St::T>::V RmsSquares(const Src &src,
   return S::Add(q0, q1);
 }
 
+// The short pipeline's arithmetic on a pair's statistics, shared with RmsShortPlain so that the
+// two give a row the same bits. PairMoments (stage 2): the means and variances from the sums of
+// the values and of their squares. ShortForm (stage 3): the rstds, and which rows (bit k: row k)
+// the short form takes: those within kNear standard deviations of zero with a finite variance
+// that does not underflow (every comparison is false for NaN).
+FASTLN_INLINE void PairMoments(D2 e, D2 q, double inv_n, D2 *mean, D2 *var) {
+  *mean = e * inv_n + 0.0;  // a row of -0 has mean +0, as in RowMoments
+  *var = (q - e * *mean) * inv_n;
+}
+
+template <class T>
+FASTLN_INLINE int ShortForm(D2 mean, D2 var, double eps, D2 *rstd) {
+  const D2 ve = var + eps;
+  const M2 ok = (mean * mean <= kNear * kNear * var) & (ve >= TinyVar<T>()) & (var <= kMaxDouble);
+  *rstd = 1.0 / Sqrt2(ve);
+  return int(ok[0] & 1) | int(ok[1] & 2);
+}
+
 // The RMS norm's row that the short pipeline sends aside (kRms), in ops/rms_norm-inl.h.
 template <class St, bool kW>
 void RmsShortAside(const AddNormArgs<typename St::E, typename St::T> &g, int64_t r);
@@ -1401,16 +1419,11 @@ void ShortRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0
         if (two && (fast4 & 2)) rstd_out[r + 1] = T(rstd4[1]);
       }
     }
-    // Stage 3: pair p + 1's rstd. The short form takes rows within kNear standard deviations of
-    // zero with a finite variance that does not underflow; every comparison is false for NaN.
+    // Stage 3: pair p + 1's rstd, and which of its rows take the short form (ShortForm).
     if (p + 1 >= 0 && p + 1 < pairs) {
       mean4 = mean3;
       var4 = var3;
-      const D2 ve = var3 + eps;
-      const M2 ok = (mean3 * mean3 <= kNear * kNear * var3) & (ve >= TinyVar<T>()) &
-                    (var3 <= kMaxDouble);
-      fast4 = int(ok[0] & 1) | int(ok[1] & 2);
-      rstd4 = 1.0 / Sqrt2(ve);
+      fast4 = ShortForm<T>(mean3, var3, eps, &rstd4);
     }
     // Stage 2: pair p + 2's means and variances; for a row whose mean lies more than kPivot
     // standard deviations from zero, where the sums about zero lost digits, a second pass from
@@ -1419,8 +1432,7 @@ void ShortRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0
     if (p + 2 >= 0 && p + 2 < pairs) {
       D2 e, q;
       ReducePairs<S>(sa, qa, sb, qb, &e, &q);
-      mean3 = e * inv_n + 0.0;  // a row of -0 has mean +0, as in RowMoments
-      var3 = (q - e * mean3) * inv_n;
+      PairMoments(e, q, inv_n, &mean3, &var3);
       const M2 near = mean3 * mean3 <= kPivot * kPivot * var3;
       if (!kRms && !(near[0] && near[1])) {
         const int64_t r = r0 + 2 * (p + 2);

@@ -288,8 +288,8 @@ inline bool RmsStreamY(const AddNormArgs<typename St::E, typename St::T> &a, int
 // gives rows of more than 8 vectors two, which made float32 16384x128 0.52-0.63 of that time.
 //
 // RmsShortPlain: ShortRowsT's stages for one row at a time, in order: RmsSquares' chains a row,
-// the pair reduction (ReducePairs, whose lanes for one row do not depend on the other's), the same
-// double arithmetic for rstd, ShortNormalize, and RmsShortAside for the same rows.
+// the pair reduction (ReducePairs, whose lanes for one row do not depend on the other's),
+// PairMoments and ShortForm, ShortNormalize, and RmsShortAside for the same rows.
 template <class St, bool kRes, bool kW, bool kTail>
 void RmsShortPlain(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0, int64_t r1) {
   using T = typename St::T;
@@ -311,11 +311,10 @@ void RmsShortPlain(const AddNormArgs<typename St::E, typename St::T> &a, int64_t
     const V q = RmsSquares(First::Row(a, r), tail);
     D2 e, qq;
     ReducePairs<S>(S::Zero(), q, S::Zero(), S::Zero(), &e, &qq);
-    const D2 mean = e * inv_n + 0.0, var = (qq - e * mean) * inv_n, ve = var + eps;
-    const M2 ok = (mean * mean <= kNear * kNear * var) & (ve >= TinyVar<T>()) &
-                  (var <= kMaxDouble);
-    const D2 rstd = 1.0 / Sqrt2(ve), c = -mean * rstd;
-    if (ok[0]) {
+    D2 mean, var, rstd;
+    PairMoments(e, qq, inv_n, &mean, &var);
+    if (ShortForm<T>(mean, var, eps, &rstd) & 1) {
+      const D2 c = -mean * rstd;
       const V vr = S::Set(T(rstd[0])), vc = S::Set(T(c[0]));
       ShortNormalize<St, kW, false, false, false>(xs + r * lds, a.y + r * a.ldy, xs + r * lds,
                                                   a.y + r * a.ldy, n, nfull, a.weight, nullptr,
