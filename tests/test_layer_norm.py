@@ -404,8 +404,11 @@ def test_constant_row_with_eps_zero(isa):
 # ---- short rows: a pipeline over rows, and the general path for the rows it does not take --------
 
 # 9, 12, 50 and 101 end in a partial vector (AVX2: 9, 12, 50, 101 float32 and 9, 50 float64 take
-# the short-row pipeline's tail form; scalar, every length is whole vectors).
-SHORT_COLS = [4, 8, 9, 12, 16, 32, 48, 50, 64, 101, 128, 256, 264]
+# the short-row pipeline's tail form; scalar, every length is whole vectors). Rows of more than 8
+# vectors sum in two chains of each sum (ShortSums), with or without a partial last vector and with
+# an odd or even count of whole vectors: AVX2 float32 76, 101, 128 and float64 36, 48, 50, 64;
+# AVX-512 float32 150, 200, 256 and float64 76, 101, 128; scalar 9, 12, 16.
+SHORT_COLS = [4, 8, 9, 12, 16, 32, 36, 48, 50, 64, 76, 101, 128, 150, 200, 256, 264]
 
 
 def _mixed_rows(rng, rows, cols, dtype):

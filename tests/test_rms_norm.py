@@ -342,7 +342,7 @@ def test_short_rows_residual_and_threads(isa, rng, dtype, cols):
 def test_short_rows_same_bits_in_large_calls(isa, rng, dtype, cols):
     """Calls of 16 MiB or more take short rows one at a time instead of through the staged
     pipeline, with the same arithmetic: a row's bits do not depend on the size of the call, with
-    or without the residual add, on one thread or two. The lengths take both of RmsSquares' forms
+    or without the residual add, on one thread or two. The lengths take both of ShortSums' forms
     on each ISA (one chain up to 8 vectors, two beyond: 101 and 120 float32 with AVX2, 200 with
     AVX-512; 64 float64 with AVX2, 101 and 120 with AVX-512), with and without a partial last
     vector, with an odd count of whole vectors (120 float32 with AVX2)."""

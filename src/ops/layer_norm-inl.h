@@ -1254,49 +1254,66 @@ struct ShortTail {
   }
 };
 
-// The RMS norm's sum of squares of one short row (kRms). Rows of more than kOneChainVecs vectors
-// take two chains, the row's vectors 1, 3, 5, ... in one and 0, 2, 4, ... and the partial last
-// vector in the other, added at the end: with one chain a row rows of 16 vectors waited on 16
-// dependent FMAs. Shorter rows keep one chain, in the order of the pipeline's stage 1, which runs
-// them two rows to a loop (kept there: one loop a row cost float32 2048x64 4-5%). The pipeline
-// and RmsShortPlain both take this arithmetic, so that a row's bits do not depend on which runs it.
-// Measured on an AMD EPYC (Zen 4) guest (2026-12-04, libfastln through ctypes, both builds in one
-// process, AVX2, with weight, x and y 16 bytes past a line, best of 11 or 15 rounds, new / old
-// time, 1 thread): float32 16384x128 0.52-0.63, 8192x128 0.84-0.85, 2048x128 0.89, 32768x100
-// 0.84-0.85, 65536x128 (RmsShortPlain) 0.86-0.91, 512x100 0.98-1.01, 2048x96 1.01-1.04; float64
-// 16384x64 0.60-0.66, 8192x64 0.86-0.90, 2048x64 0.86-0.93.
+// The sum of a short row's squares and, kSum, of its values, in ShortRowsT's stage 1 (and for
+// kRms in RmsShortPlain). Rows of more than kOneChainVecs vectors take two chains of each, the
+// row's vectors 1, 3, 5, ... in one and 0, 2, 4, ... and the partial last vector in the other,
+// added at the end: with one chain a row, rows of 16 vectors waited on 16 dependent FMAs. Shorter
+// rows keep one chain, in the order of stage 1's loop over two rows at once, which takes them
+// (kept there: one loop a row cost float32 2048x64 4-5%; ShortSums' one chain serves
+// RmsShortPlain, whose rows must have the pipeline's bits). Measured on an AMD EPYC (Zen 4) guest,
+// libfastln through ctypes, both builds in one process, AVX2, 1 thread, new / old time:
+// - rms_norm (2026-12-04, with weight, x and y 16 bytes past a line, best of 11 or 15 rounds):
+//   float32 16384x128 0.52-0.63, 8192x128 0.84-0.85, 2048x128 0.89, 32768x100 0.84-0.85,
+//   65536x128 (RmsShortPlain) 0.86-0.91, 512x100 0.98-1.01, 2048x96 1.01-1.04; float64 16384x64
+//   0.60-0.66, 8192x64 0.86-0.90, 2048x64 0.86-0.93.
+// - layer_norm (2026-12-05, weight and bias on a line, x and y 16 bytes past one, best of 11
+//   rounds, two runs): float32 2048x128 0.88-0.89, 8192x128 0.78-0.85, 16384x128 0.51-0.60;
+//   float64 2048x64 0.88-0.89, 8192x64 0.75-0.76, 512x64 0.95-0.98, 32768x64 0.95-1.01; rows of
+//   12 vectors even (float32 512x100 and 2048x96, float64 2048x48: 0.99-1.02); AVX-512 float32
+//   2048x256 0.89, 2048x160 0.95, 8192x200 0.60-0.67, float64 2048x128 0.90-0.91, 8192x100
+//   0.59-0.64. Tried earlier on a Zen 3 guest for every short row (README): nothing at 8
+//   vectors (float32 2048x64), 4-5% at 16 (2048x128).
 constexpr int64_t kOneChainVecs = 8;
 
-template <class St, bool kRes, bool kTail, class Src>
-FASTLN_INLINE typename Simd<typename St::T>::V RmsSquares(const Src &src,
-                                                          const ShortTail<St, kRes, kTail> &tail) {
+template <bool kSum, class St, bool kRes, bool kTail, class Src>
+FASTLN_INLINE typename Simd<typename St::T>::V ShortSums(
+    const Src &src, const ShortTail<St, kRes, kTail> &tail,
+    typename Simd<typename St::T>::V *sum = nullptr) {
   using S = Simd<typename St::T>;
   using V = typename S::V;
   constexpr int N = S::N;
   const int64_t nfull = tail.nfull;
   const V f = src.Load(0);
-  V q0 = S::Mul(f, f), q1 = S::Zero();
+  V q0 = S::Mul(f, f), q1 = S::Zero(), s0 = f, s1 = S::Zero();
   int64_t i = N;
   if (nfull <= kOneChainVecs * N) {
     for (; i < nfull; i += N) {
       const V v = src.Load(i);
+      if (kSum) s0 = S::Add(s0, v);
       q0 = S::MulAdd(v, v, q0);
     }
   } else {
     for (; i + 2 * N <= nfull; i += 2 * N) {
       const V u = src.Load(i), v = src.Load(i + N);
+      if (kSum) {
+        s1 = S::Add(s1, u);
+        s0 = S::Add(s0, v);
+      }
       q1 = S::MulAdd(u, u, q1);
       q0 = S::MulAdd(v, v, q0);
     }
     if (i < nfull) {
       const V u = src.Load(i);
+      if (kSum) s1 = S::Add(s1, u);
       q1 = S::MulAdd(u, u, q1);
     }
   }
   if (kTail && nfull < tail.n) {
     const V v = tail.Of(src);
+    if (kSum) s0 = S::Add(s0, v);
     q0 = S::MulAdd(v, v, q0);
   }
+  if (kSum) *sum = S::Add(s0, s1);
   return S::Add(q0, q1);
 }
 
@@ -1447,8 +1464,9 @@ void ShortRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0
       }
     }
     // Stage 1: pair p + 3's sums, of the values and their squares (their first read: with kRes,
-    // h = x + res is written here). One vector of each row a step, four chains (kRms: see
-    // RmsSquares).
+    // h = x + res is written here; kRms, the squares alone). Rows of up to kOneChainVecs vectors
+    // one vector of each row a step, in four chains; longer rows one after the other, each in two
+    // chains of each sum (ShortSums).
     if (p + 3 < pairs) {
       const int64_t r = r0 + 2 * (p + 3);
       if (kAhead) {
@@ -1459,13 +1477,15 @@ void ShortRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0
         }
       }
       const typename First::Src s0 = First::Row(a, r);
-      if (kRms && nfull > kOneChainVecs * N) {
-        qa = RmsSquares(s0, tail);
-        qb = r + 1 < r1 ? RmsSquares(First::Row(a, r + 1), tail) : S::Zero();
+      // kRms: sa and sb stay zero, so the reduce stage's means are +0.
+      if (nfull > kOneChainVecs * N) {
+        qa = ShortSums<!kRms>(s0, tail, &sa);
+        sb = qb = S::Zero();
+        if (r + 1 < r1) qb = ShortSums<!kRms>(First::Row(a, r + 1), tail, &sb);
         continue;
       }
-      // kRms: sa and sb stay zero, so the reduce stage's means are +0; the squares' one chain
-      // a row is RmsSquares' arithmetic (the + 0 it ends with changes no sum of squares).
+      // The squares' one chain a row is ShortSums' arithmetic (the + 0 it ends with changes no
+      // sum of squares).
       auto add = [](V &s, V v) __attribute__((always_inline)) {
         if (!kRms) s = S::Add(s, v);
       };

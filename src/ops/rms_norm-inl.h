@@ -284,10 +284,10 @@ inline bool RmsStreamY(const AddNormArgs<typename St::E, typename St::T> &a, int
 // 512x50 0.61 (0.68). Slower: float32 16384x128 (8 MiB) 1.32-1.43 (1.01), 32768x100 1.22
 // (RmsShortPlain from 8 MiB, tried: 1.37 and 1.00, but 32768x64 1.14); from 16 MiB, with
 // RmsShortPlain, float32 32768x128 1.00-1.17 (0.97), 131072x64 0.97-1.16 (0.94), float64 32768x64
-// 0.99 (0.93). Those rows then had one chain of squares a row; RmsSquares (layer_norm-inl.h) since
+// 0.99 (0.93). Those rows then had one chain of squares a row; ShortSums (layer_norm-inl.h) since
 // gives rows of more than 8 vectors two, which made float32 16384x128 0.52-0.63 of that time.
 //
-// RmsShortPlain: ShortRowsT's stages for one row at a time, in order: RmsSquares' chains a row,
+// RmsShortPlain: ShortRowsT's stages for one row at a time, in order: ShortSums' chains a row,
 // the pair reduction (ReducePairs, whose lanes for one row do not depend on the other's),
 // PairMoments and ShortForm, ShortNormalize, and RmsShortAside for the same rows.
 template <class St, bool kRes, bool kW, bool kTail>
@@ -308,7 +308,7 @@ void RmsShortPlain(const AddNormArgs<typename St::E, typename St::T> &a, int64_t
   g.ldx = lds;
   g.res = nullptr;
   for (int64_t r = r0; r < r1; ++r) {
-    const V q = RmsSquares(First::Row(a, r), tail);
+    const V q = ShortSums<false>(First::Row(a, r), tail);
     D2 e, qq;
     ReducePairs<S>(S::Zero(), q, S::Zero(), S::Zero(), &e, &qq);
     D2 mean, var, rstd;
