@@ -134,13 +134,15 @@ def test_banded_rows_any_thread_count(isa, rng, dtype):
             fastln.set_num_threads(0)
 
 
+@pytest.mark.parametrize("row_kib", [64, 8])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_streamed_bands_match_one_row_calls(isa, rng, placed, dtype):
-    # A one-thread call of 32 MiB or more in rows of 16 KiB or more streams y in column bands
-    # (StreamBands), the bands then cut on lines of y: y 16 bytes past a line, and on one, and x
-    # rows apart by more than their length.
+def test_streamed_bands_match_one_row_calls(isa, rng, placed, dtype, row_kib):
+    # A one-thread call of 32 MiB or more in rows of whole lines streams y in column bands
+    # (StreamBands) from rows of 8 KiB (16 KiB on Intel CPUs and with an L1d over 32 KiB, where
+    # the 8 KiB case checks the general loop), the bands then cut on lines of y: y 16 bytes past a
+    # line, and on one, and x rows apart by more than their length.
     item = np.dtype(dtype).itemsize
-    cols = 16384 if dtype == np.float32 else 16392
+    cols = (row_kib << 10) // item + (0 if dtype == np.float32 else 8)
     rows = (32 << 20) // (cols * item) + 3
     x = _rows(rng, rows, cols, dtype)
     w = rng.standard_normal(cols).astype(dtype)

@@ -1598,7 +1598,7 @@ void LayerNormRowsWB(const AddNormArgs<typename St::E, typename St::T> &a, int64
   return LayerNormRowsT<St, kRes, false, false, kStream, kRealign>(a, r0, r1);
 }
 
-// Whether streamed rows take the column bands: rows with weight or bias of kStreamLongRowBytes or
+// Whether streamed rows take the column bands: rows with weight or bias of StreamBandRowBytes() or
 // more (and no shorter than the plain bands'), y's rows all at the same place within a line, a
 // call of kStreamBandBytes of y or more, on one thread. Elsewhere the general loop was as fast or
 // faster with streamed y. Measured on an AMD EPYC (Zen 5, 32 MiB
@@ -1616,6 +1616,23 @@ void LayerNormRowsWB(const AddNormArgs<typename St::E, typename St::T> &a, int64
 // 575 and float64 2048x2048 on a line 505-522 -> 559-572, two runs), so calls split across threads
 // keep the general loop.
 constexpr int64_t kStreamBandBytes = int64_t(32) << 20;
+// Rows of 8 KiB to 16 KiB took the general loop here until 2026-12-05, when on an AMD EPYC (Zen 4,
+// 1 MiB L2, 32 MiB L3) guest they were 1.3-1.6x the floor in calls from DRAM where rows of 4 KiB
+// and of 16 KiB came within 1.1x of it. libfastln through ctypes, both builds in one process,
+// weight and bias, 1 thread, best of 5 rounds, us, general loop against bands, x and y 16 bytes
+// past a line (each pair of runs in both orders): AVX2 float64 8192x1024 6960 -> 5445 and 6930 ->
+// 5313, 4096x1536 5275 -> 4212, 16384x1024 13427 -> 11078; float32 8192x2048 7056 -> 5781 and
+// 6965 -> 5507, 4096x2560 4235 -> 3564, 4096x3072 5603 -> 4259; AVX-512 float64 8192x1024 6843
+// -> 5831, float32 4096x3072 5282 -> 4164; all on a line float64 8192x1024 8147 -> 6879; with
+// the residual add float64 8192x1024 13131 -> 10014, float32 4096x2048 6417 -> 5033. Calls of 8
+// to 16 MiB in such rows stayed faster in the general loop (float64 2048x1024 895 against 1803).
+// On the Zen 5 guest (48 KiB L1d) rows of 10 KiB were faster in the general loop (above), so an
+// L1d larger than 32 KiB keeps kStreamLongRowBytes.
+constexpr int64_t kStreamBandRowBytes = 8192;
+
+inline int64_t StreamBandRowBytes() {
+  return L1dBytes() <= 32768 ? kStreamBandRowBytes : kStreamLongRowBytes;
+}
 
 template <class St>
 inline bool StreamBands(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0,
@@ -1623,7 +1640,7 @@ inline bool StreamBands(const AddNormArgs<typename St::E, typename St::T> &a, in
   const int64_t row_bytes = a.cols * int64_t(sizeof(typename St::E));
   return r1 - r0 > 1 && r1 - r0 == CallRows(a, r0, r1) && (a.weight || a.bias) &&
          (a.ldy * int64_t(sizeof(typename St::E))) % 64 == 0 &&
-         row_bytes >= Max(kStreamLongRowBytes, BandRowBytes(St::kNative)) &&
+         row_bytes >= Max(StreamBandRowBytes(), BandRowBytes(St::kNative)) &&
          CallRows(a, r0, r1) * row_bytes >= kStreamBandBytes;
 }
 
