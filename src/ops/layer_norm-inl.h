@@ -1617,7 +1617,7 @@ void LayerNormRowsWB(const AddNormArgs<typename St::E, typename St::T> &a, int64
 // keep the general loop.
 constexpr int64_t kStreamBandBytes = int64_t(32) << 20;
 // Rows of 8 KiB to 16 KiB took the general loop here until 2026-12-05, when on an AMD EPYC (Zen 4,
-// 1 MiB L2, 32 MiB L3) guest they were 1.3-1.6x the floor in calls from DRAM where rows of 4 KiB
+// 1 MiB L2, 32 MiB L3) guest they were 1.3-1.7x the floor in calls from DRAM where rows of 4 KiB
 // and of 16 KiB came within 1.1x of it. libfastln through ctypes, both builds in one process,
 // weight and bias, 1 thread, best of 5 rounds, us, general loop against bands, x and y 16 bytes
 // past a line (each pair of runs in both orders): AVX2 float64 8192x1024 6960 -> 5445 and 6930 ->
