@@ -1,10 +1,16 @@
 """Float64 NumPy twins of fastln's ops: slow, obviously right, and what the tests compare against.
 
-Each takes the same arguments as the fast op and computes in float64 (two passes, exact enough to
-serve as ground truth for float32 and float64 alike), returning float64 arrays.
+Each takes the same arguments as the fast op and computes in float64 (two passes), returning
+float64 arrays: ground truth for float32 inputs, and for float64 rows near zero. For float64 rows
+far from zero relative to their spread, where a float64 mean is itself rounded by up to half an
+ulp of the offset, exact_layer_norm is the ground truth.
 """
 
 from __future__ import annotations
+
+import decimal
+from decimal import Decimal
+from fractions import Fraction
 
 import numpy as np
 
@@ -29,6 +35,26 @@ def layer_norm(x, weight=None, bias=None, eps=1e-5, *, axis=-1, return_stats=Fal
     if return_stats:
         return y, mean.reshape(x.shape[: axes[0]]), rstd.reshape(x.shape[: axes[0]])
     return y
+
+
+def exact_layer_norm(x, eps=1e-5):
+    """layer_norm of a 2-D array over its last axis, no affine: each row's mean and variance in
+    exact rational arithmetic, rstd and the normalized values to 40 digits, rounded to float64
+    once. Slow (Python numbers): for a few rows. Returns y and the rows' means."""
+    x = np.asarray(x, dtype=np.float64)
+    out = np.empty(x.shape)
+    means = np.empty(x.shape[0])
+    with decimal.localcontext() as ctx:
+        ctx.prec = 40
+        for r, row in enumerate(x):
+            fx = [Fraction(v) for v in row.tolist()]
+            m = sum(fx) / len(fx)
+            var = sum((v - m) ** 2 for v in fx) / len(fx) + Fraction(eps)
+            rstd = 1 / (Decimal(var.numerator) / Decimal(var.denominator)).sqrt()
+            out[r] = [float(Decimal((v - m).numerator) / Decimal((v - m).denominator) * rstd)
+                      for v in fx]
+            means[r] = float(m)
+    return out, means
 
 
 def rms_norm(x, weight=None, eps=1e-6, *, axis=-1, return_stats=False):

@@ -129,12 +129,22 @@ inline void PrefetchAhead(const P *p, int64_t n, int64_t ahead = kPrefetchBytes)
   }
 }
 
-// Mean and sum of squared deviations of a set of n values, both in double.
+// Mean and sum of squared deviations of a set of n values, both in double; lo: what the mean, a
+// double, leaves out of the sum it rounds (RowMoments about a pivot: pivot + their mean).
 struct Moments {
   double n;
   double mean;
   double m2;
+  double lo = 0.0;
 };
+
+// a + b as s + err exactly, s = a + b rounded (TwoSum; Knuth). Needs IEEE arithmetic as written:
+// the build's -ffp-contract=off, and no -ffast-math.
+FASTLN_INLINE double TwoSum(double a, double b, double *err) {
+  const double s = a + b, bb = s - a;
+  *err = (a - (s - bb)) + (b - bb);
+  return s;
+}
 
 // Chan et al.: merge two disjoint sets.
 FASTLN_INLINE Moments Merge(const Moments &a, const Moments &b) {

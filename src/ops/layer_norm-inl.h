@@ -275,7 +275,7 @@ inline Moments RowMoments(const Src &src, int64_t n, typename Src::T pivot, cons
     const double m2 = q - ds * ds / cnt;  // ds is tiny next to sqrt(q * cnt): no cancellation
     total = Merge(total, Moments{cnt, double(tm) + ds / cnt, m2 < 0 ? 0.0 : m2});  // NaN stays
   }
-  if (kShift) total.mean += double(pivot);
+  if (kShift) total.mean = TwoSum(double(pivot), total.mean, &total.lo);
   return total;
 }
 
@@ -677,9 +677,11 @@ inline int LagOf(int64_t n) {
 // first pass's float sums give a mean good to a few standard deviations only on long rows with few
 // lanes (65536 values at 1e6 +- 1 on the scalar ISA), so up to two more passes.
 template <class St>
-inline void SumAgain(const typename St::E *x, int64_t n, double inv_n, double *mean, double *var) {
+inline void SumAgain(const typename St::E *x, int64_t n, double inv_n, double *mean, double *var,
+                     double *lo) {
   using T = typename St::T;
   double pivot = 0.0;
+  *lo = 0.0;
   for (int pass = 0; pass < 3 && IsFinite(*mean) && IsFinite(*var) &&
                      !((*mean - pivot) * (*mean - pivot) <= kPivot * kPivot * *var);
        ++pass) {
@@ -687,7 +689,20 @@ inline void SumAgain(const typename St::E *x, int64_t n, double inv_n, double *m
     const Moments ms = RowMoments<true>(RowOf<St>{x}, n, T(pivot), NoJob{});
     *var = ms.m2 * inv_n;
     *mean = ms.mean;
+    *lo = ms.lo;
   }
+}
+
+// The split form's low part of the mean, mean - hi with hi = T(mean). For double rows hi is the
+// mean itself, and the part of the mean that a double does not hold (Moments' lo, after a pass
+// about a pivot) is added, so that the mean's own rounding, half an ulp of the offset, does not
+// show in y at large offsets: float64 1e15 + N(0,1), 768 values, max |y - exact| 1.9e-2 without
+// it, 4.4e-16 with it (torch 5.2e-2, NumPy's two-pass 2.0e-2); 1e6 + N(0,1) 3.9e-11 -> 4.4e-16.
+// float rows keep mean - hi alone: their double mean already holds all the digits they can use.
+template <class T>
+FASTLN_INLINE T MeanLo(double mean, T hi, double lo) {
+  if constexpr (sizeof(T) >= sizeof(double)) return T((mean - double(hi)) + lo);
+  return T(mean - double(hi));
 }
 
 // Rows [r0, r1) stored in format St, one at a time: not in pairs that share each load of weight
@@ -723,7 +738,8 @@ void LayerNormRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_
     const Moments mo = ahead[0];
     double var = mo.m2 * inv_n;
     double mean = mo.mean;
-    SumAgain<St>(x, n, inv_n, &mean, &var);
+    double mlo;
+    SumAgain<St>(x, n, inv_n, &mean, &var, &mlo);
     const bool near = mean * mean <= kNear * kNear * var;
     Moments mo2{0.0, 0.0, 0.0};  // row r + lag
     double rstd;
@@ -735,7 +751,7 @@ void LayerNormRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_
             next, n, x, y, a.weight, a.bias, T(0), T(-mean * rstd), rs);
       } else {
         const T hi = T(mean);
-        const T lo = T(mean - double(hi));
+        const T lo = MeanLo(mean, hi, mlo);
         mo2 = NormalizeAndNext<St, kW, kB, kStream, true, kRealign>(
             next, n, x, y, a.weight, a.bias, hi, T(-lo * rs), rs);
       }
@@ -944,8 +960,8 @@ void LayerNormRowsBanded(const AddNormArgs<typename St::E, typename St::T> &a, i
       const E *x = xs + r * lds;
       const Moments mo = RowMoments<false>(FirstRead<St, kRes>::Row(a, r, dist), n, T(0), NoJob{});
       double var = mo.m2 * inv_n;
-      double mean = mo.mean;
-      SumAgain<St>(x, n, inv_n, &mean, &var);
+      double mean = mo.mean, mlo;
+      SumAgain<St>(x, n, inv_n, &mean, &var, &mlo);
       double rstd;
       if (IsFinite(var) && IsFinite(mean) && var + eps >= TinyVar<T>()) {
         rstd = 1.0 / Sqrt(var + eps);
@@ -957,7 +973,7 @@ void LayerNormRowsBanded(const AddNormArgs<typename St::E, typename St::T> &a, i
         } else {
           kind[k] = 2;
           hi[k] = T(mean);
-          const T lo = T(mean - double(hi[k]));
+          const T lo = MeanLo(mean, hi[k], mlo);
           c[k] = T(-lo * rs[k]);
         }
       } else {
@@ -1099,13 +1115,14 @@ inline bool ShortRow(int64_t n, bool tail = false) {
 // the general path from scratch.
 template <class St, bool kW, bool kB, bool kStream>
 __attribute__((noinline)) void ShortRowAside(const AddNormArgs<typename St::E, typename St::T> &g,
-                                             int64_t r, double eps, double mean, double var) {
+                                             int64_t r, double eps, double mean, double var,
+                                             double mlo) {
   using T = typename St::T;
   if (!(IsFinite(mean) && IsFinite(var) && var + eps >= TinyVar<T>())) {
     return LayerNormRowsT<St, false, kW, kB, kStream>(g, r, r + 1);
   }
   const double rstd = 1.0 / Sqrt(var + eps);
-  const T rs = T(rstd), hi = T(mean), lo = T(mean - double(hi));
+  const T rs = T(rstd), hi = T(mean), lo = MeanLo(mean, hi, mlo);
   Normalizer<St, kW, kB, true, kStream>(g.x + r * g.ldx, g.y + r * g.ldy, g.cols, g.weight, g.bias,
                                         hi, T(-lo * rs), rs)
       .All();
@@ -1119,7 +1136,7 @@ __attribute__((noinline)) void ShortRowAside(const AddNormArgs<typename St::E, t
 template <class St>
 inline void ShortSecondPass(const typename St::E *x, int64_t n, int64_t nfull,
                             typename Simd<typename St::T>::V tail_mask, double inv_n, double *mean,
-                            double *var) {
+                            double *var, double *lo) {
   using T = typename St::T;
   using S = Simd<T>;
   using V = typename S::V;
@@ -1146,7 +1163,7 @@ inline void ShortSecondPass(const typename St::E *x, int64_t n, int64_t nfull,
     q1 = S::MulAdd(d, d, q1);
   }
   const double es = double(S::ReduceSum(S::Add(e0, e1)));
-  *mean = double(m) + es * inv_n;
+  *mean = TwoSum(double(m), es * inv_n, lo);
   *var = (double(S::ReduceSum(S::Add(q0, q1))) - es * es * inv_n) * inv_n;
 }
 
@@ -1383,13 +1400,14 @@ void ShortRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0
   const int64_t ahead = Max(2, (kShortAheadDistance + 2 * row_bytes - 1) / (2 * row_bytes));
   V sa = S::Zero(), qa = S::Zero(), sb = S::Zero(), qb = S::Zero();  // stage 1: pair p + 2's sums
   D2 mean3 = {0.0, 0.0}, var3 = {0.0, 0.0};  // stage 2: pair p + 1's mean and variance
+  D2 lo3 = {0.0, 0.0}, lo4 = {0.0, 0.0};     // their means' low parts (Moments' lo)
   D2 mean4 = {0.0, 0.0}, var4 = {0.0, 0.0}, rstd4 = {0.0, 0.0};  // stage 3: pair p's,
   int fast4 = 0;  // and which of its rows (bit k: row k) the short form takes
   auto aside = [&](int64_t r, int k) {
     if constexpr (kRms) {
       RmsShortAside<St, kW>(g, r);
     } else {
-      ShortRowAside<St, kW, kB, kStream>(g, r, eps, mean4[k], var4[k]);
+      ShortRowAside<St, kW, kB, kStream>(g, r, eps, mean4[k], var4[k], lo4[k]);
     }
   };
   for (int64_t p = -3; p < pairs; ++p) {
@@ -1440,6 +1458,7 @@ void ShortRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0
     if (p + 1 >= 0 && p + 1 < pairs) {
       mean4 = mean3;
       var4 = var3;
+      lo4 = lo3;
       fast4 = ShortForm<T>(mean3, var3, eps, &rstd4);
     }
     // Stage 2: pair p + 2's means and variances; for a row whose mean lies more than kPivot
@@ -1450,15 +1469,17 @@ void ShortRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0
       D2 e, q;
       ReducePairs<S>(sa, qa, sb, qb, &e, &q);
       PairMoments(e, q, inv_n, &mean3, &var3);
+      lo3 = D2{0.0, 0.0};
       const M2 near = mean3 * mean3 <= kPivot * kPivot * var3;
       if (!kRms && !(near[0] && near[1])) {
         const int64_t r = r0 + 2 * (p + 2);
         for (int k = 0; k < 2 && r + k < r1; ++k) {
-          double m = mean3[k], v = var3[k];
+          double m = mean3[k], v = var3[k], l = 0.0;
           if (!near[k] && IsFinite(m) && IsFinite(v)) {
-            ShortSecondPass<St>(xs + (r + k) * lds, n, nfull, tail_mask, inv_n, &m, &v);
+            ShortSecondPass<St>(xs + (r + k) * lds, n, nfull, tail_mask, inv_n, &m, &v, &l);
             mean3[k] = m;
             var3[k] = v;
+            lo3[k] = l;
           }
         }
       }

@@ -72,8 +72,9 @@ inline float OneLane<float>::MulAdd(float a, float b, float c) {
 // the same few cache sets).
 constexpr int kColGroups = 16;
 
-// The statistics of the G * S::N * KV examples at x (lane by lane): mean, rstd, the mean's low part
-// (mean - T(mean)), and whether the example must take the row path (aside).
+// The statistics of the G * S::N * KV examples at x (lane by lane): mean, rstd, the mean's low
+// part (mean - T(mean), and for double what the mean leaves out), and whether the example must
+// take the row path (aside).
 template <class T, class S, int KV>
 void ColBlockStats(const T *x, int64_t ldx, int64_t n, int G, double eps, double *mean,
                    double *rstd, double *mean_lo, bool *aside) {
@@ -116,13 +117,19 @@ void ColBlockStats(const T *x, int64_t ldx, int64_t n, int G, double eps, double
     const double d = sd[j] * inv_n;  // mean - K, K = x[j] (the first feature)
     const double m2 = qd[j] - sd[j] * d;
     const double var = (m2 < 0 ? 0.0 : m2) * inv_n;  // NaN stays
-    const double m = double(x[j]) + d + 0.0;           // + 0: a mean of -0 is +0, as in rows
+    double e;                                           // what m leaves out of K + d
+    const double m = TwoSum(double(x[j]), d, &e) + 0.0;  // + 0: a mean of -0 is +0, as in rows
     const double ve = var + eps;
     aside[j] = !(IsFinite(m) && IsFinite(var) && ve >= TinyVar<T>() &&
                  d * d <= kColPivot * kColPivot * var);
     mean[j] = m;
     rstd[j] = 1.0 / Sqrt(ve);
-    mean_lo[j] = m - double(T(m));
+    // For double examples with e, as the rows' MeanLo (ops/layer_norm-inl.h).
+    if constexpr (sizeof(T) >= sizeof(double)) {
+      mean_lo[j] = (m - double(T(m))) + e;
+    } else {
+      mean_lo[j] = m - double(T(m));
+    }
   }
 }
 
