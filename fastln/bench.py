@@ -448,6 +448,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--plot", metavar="FILE.png", help="plot GB/s against D (needs matplotlib)")
     p.add_argument("--training", action="store_true",
                    help="also the backward passes and rms_norm against torch (fastln._bench_training)")
+    p.add_argument("--no-accuracy", action="store_true",
+                   help="leave out the accuracy tables (fastln._accuracy) that follow the timings")
     a = p.parse_args(argv)
     if a.threads < 1:
         p.error("--threads must be >= 1")
@@ -509,10 +511,25 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print()
     for line in summary(results):
         print(line)
+    accuracy = None
+    if not a.no_accuracy:
+        from fastln import _accuracy
+
+        # Rows of 65536 values only in the full report: --quick stays near its 20 s.
+        lengths = _accuracy.LENGTHS[:2] if a.quick else _accuracy.LENGTHS
+        accuracy = {"float32": _accuracy.measure(lengths=lengths),
+                    "float64": _accuracy.measure_float64()}
+        print("\nAccuracy, float32 rows c + s·N(0,1), 4 a case: max |y - y_ref|, y_ref in float64 "
+              "from the same inputs (python -m fastln._accuracy):")
+        print(_accuracy.format_table(accuracy["float32"]))
+        print("\nfloat64 rows, against each row's exact mean and variance (eps = 1e-12; fastln: "
+              "its worst ISA):")
+        print(_accuracy.format_table(accuracy["float64"]))
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"machine": machine(), "runtime": info, "numpy": np.__version__,
-                       "sweeps": a.sweeps, "results": results}, f, indent=1)
+                       "sweeps": a.sweeps, "results": results, "accuracy": accuracy}, f,
+                      indent=1)
         print(f"wrote {a.json}")
     if a.plot:
         plot(results, a.plot)

@@ -10,7 +10,7 @@ from fastln import bench
 def test_report_columns_and_json(tmp_path, capsys):
     out = tmp_path / "r.json"
     assert bench.main(["--shapes", "4x64,3x100", "--impl", "fastln,floor", "--rounds", "1",
-                       "--mode", "out,alloc", "--json", str(out)]) == 0
+                       "--mode", "out,alloc", "--json", str(out), "--no-accuracy"]) == 0
     text = capsys.readouterr().out
     assert bench.HEADER in text
     assert "| float32 | out | 4×64 |" in text and "| float32 | alloc | 3×100 |" in text
@@ -20,9 +20,24 @@ def test_report_columns_and_json(tmp_path, capsys):
     assert all(set(r["us"]) == {"fastln", "floor"} and r["us"]["fastln"] > 0 for r in rows)
 
 
+def test_report_ends_with_the_accuracy_tables(tmp_path, capsys):
+    # --quick: float32 rows of 64 and 768 values (the full report adds 65536).
+    out = tmp_path / "r.json"
+    assert bench.main(["--quick", "--shapes", "4x64", "--impl", "fastln,floor", "--rounds", "1",
+                       "--mode", "out", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "Accuracy, float32 rows" in text and "float64 rows, against" in text
+    assert "| c=1e+06, s=1 | 768 |" in text and "| c=1e+15, s=1 | 768 |" in text
+    acc = json.loads(out.read_text())["accuracy"]
+    assert {r["cols"] for r in acc["float32"]} == {64, 768}
+    # The bars the tests hold fastln to (test_layer_norm.py): 1e-5 float32, 1e-13 float64.
+    assert max(r["fastln"] for r in acc["float32"]) <= 1e-5
+    assert max(r["fastln"] for r in acc["float64"]) <= 1e-13
+
+
 def test_threads_report_speedup_over_one_thread(capsys):
     assert bench.main(["--threads", "2", "--shapes", "8x64", "--impl", "fastln,floor",
-                       "--rounds", "1", "--mode", "out"]) == 0
+                       "--rounds", "1", "--mode", "out", "--no-accuracy"]) == 0
     text = capsys.readouterr().out
     assert bench.HEADER + " × 1 thread |" in text
     row = next(line for line in text.splitlines() if line.startswith("| float32 | out | 8×64"))
@@ -41,7 +56,7 @@ def test_16bit_rows_with_a_copy_floor(name, capsys):
     if name == "bfloat16":
         pytest.importorskip("ml_dtypes")
     assert bench.main(["--dtype", name, "--shapes", "4x64", "--impl", "fastln,floor,numpy",
-                       "--rounds", "1", "--mode", "out,alloc"]) == 0
+                       "--rounds", "1", "--mode", "out,alloc", "--no-accuracy"]) == 0
     text = capsys.readouterr().out
     assert f"| {name} | out | 4×64 |" in text and f"| {name} | alloc | 4×64 |" in text
     assert f"{name} out: time/floor geomean" in text
@@ -85,7 +100,7 @@ def test_sweeps_keep_each_implementation_best(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(bench, "time_interleaved", fake)
     out = tmp_path / "r.json"
     assert bench.main(["--shapes", "4x64,3x100", "--impl", "fastln,floor", "--mode", "out",
-                       "--sweeps", "2", "--json", str(out)]) == 0
+                       "--sweeps", "2", "--json", str(out), "--no-accuracy"]) == 0
     assert len(calls) == 4
     text = capsys.readouterr().out
     assert "best round of 2 sweeps" in text
