@@ -232,8 +232,8 @@ def test_extreme_magnitudes(isa, rng, dtype):
 # float64 rows far from zero relative to their spread: the mean, a double, is rounded by up to half
 # an ulp of the offset, and a float64 reference rounds it alike (at 1e15 + N(0,1), 768 values, it
 # is off by 2e-2). Against the exact reference, every row path: the short rows' pipeline (48 and
-# 100 values), the general loop (1000), the column bands (2048: 16 KiB), and the Fortran-order
-# kernel.
+# 100 values), the general loop (1000, and 2048 without weight and bias), the column bands (2048,
+# 16 KiB, with weight, bias and the residual add), and the Fortran-order kernel.
 @pytest.mark.parametrize("cols", [48, 100, 1000, 2048])
 @pytest.mark.parametrize("c,s", [(1e6, 1.0), (1e8, 1e-3), (-1e12, 1.0), (1e15, 1.0)])
 def test_float64_large_offset(isa, rng, c, s, cols):
