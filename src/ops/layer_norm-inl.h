@@ -693,16 +693,18 @@ inline void SumAgain(const typename St::E *x, int64_t n, double inv_n, double *m
   }
 }
 
-// The split form's low part of the mean, mean - hi with hi = T(mean). For double rows hi is the
-// mean itself, and the part of the mean that a double does not hold (Moments' lo, after a pass
-// about a pivot) is added, so that the mean's own rounding, half an ulp of the offset, does not
-// show in y at large offsets: float64 1e15 + N(0,1), 768 values, max |y - exact| 1.9e-2 without
-// it, 4.4e-16 with it (torch 5.2e-2, NumPy's two-pass 2.0e-2); 1e6 + N(0,1) 3.9e-11 -> 4.4e-16.
-// float rows keep mean - hi alone: their double mean already holds all the digits they can use.
+// The split form's low part of the mean, mean - hi with hi = T(mean), in double (the rows round it
+// to T, the Fortran-order kernel scales it by rstd first). For double rows hi is the mean itself,
+// and the part of the mean that a double does not hold (Moments' lo, after a pass about a pivot)
+// is added, so that the mean's own rounding, half an ulp of the offset, does not show in y at large
+// offsets: float64 1e15 + N(0,1), 768 values, max |y - exact| 1.9e-2 without it, 4.4e-16 with it
+// (torch 5.2e-2, NumPy's two-pass 2.0e-2); 1e6 + N(0,1) 3.9e-11 -> 4.4e-16. float rows keep
+// mean - hi alone: their double mean already holds all the digits they can use.
 template <class T>
-FASTLN_INLINE T MeanLo(double mean, T hi, double lo) {
-  if constexpr (sizeof(T) >= sizeof(double)) return T((mean - double(hi)) + lo);
-  return T(mean - double(hi));
+FASTLN_INLINE double MeanLo(double mean, double lo) {
+  const double rest = mean - double(T(mean));
+  if constexpr (sizeof(T) >= sizeof(double)) return rest + lo;
+  return rest;
 }
 
 // Rows [r0, r1) stored in format St, one at a time: not in pairs that share each load of weight
@@ -751,7 +753,7 @@ void LayerNormRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_
             next, n, x, y, a.weight, a.bias, T(0), T(-mean * rstd), rs);
       } else {
         const T hi = T(mean);
-        const T lo = MeanLo(mean, hi, mlo);
+        const T lo = T(MeanLo<T>(mean, mlo));
         mo2 = NormalizeAndNext<St, kW, kB, kStream, true, kRealign>(
             next, n, x, y, a.weight, a.bias, hi, T(-lo * rs), rs);
       }
@@ -973,7 +975,7 @@ void LayerNormRowsBanded(const AddNormArgs<typename St::E, typename St::T> &a, i
         } else {
           kind[k] = 2;
           hi[k] = T(mean);
-          const T lo = MeanLo(mean, hi[k], mlo);
+          const T lo = T(MeanLo<T>(mean, mlo));
           c[k] = T(-lo * rs[k]);
         }
       } else {
@@ -1122,7 +1124,7 @@ __attribute__((noinline)) void ShortRowAside(const AddNormArgs<typename St::E, t
     return LayerNormRowsT<St, false, kW, kB, kStream>(g, r, r + 1);
   }
   const double rstd = 1.0 / Sqrt(var + eps);
-  const T rs = T(rstd), hi = T(mean), lo = MeanLo(mean, hi, mlo);
+  const T rs = T(rstd), hi = T(mean), lo = T(MeanLo<T>(mean, mlo));
   Normalizer<St, kW, kB, true, kStream>(g.x + r * g.ldx, g.y + r * g.ldy, g.cols, g.weight, g.bias,
                                         hi, T(-lo * rs), rs)
       .All();

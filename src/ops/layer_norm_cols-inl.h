@@ -124,12 +124,7 @@ void ColBlockStats(const T *x, int64_t ldx, int64_t n, int G, double eps, double
                  d * d <= kColPivot * kColPivot * var);
     mean[j] = m;
     rstd[j] = 1.0 / Sqrt(ve);
-    // For double examples with e, as the rows' MeanLo (ops/layer_norm-inl.h).
-    if constexpr (sizeof(T) >= sizeof(double)) {
-      mean_lo[j] = (m - double(T(m))) + e;
-    } else {
-      mean_lo[j] = m - double(T(m));
-    }
+    mean_lo[j] = MeanLo<T>(m, e);
   }
 }
 
