@@ -57,6 +57,33 @@ def exact_layer_norm(x, eps=1e-5):
     return out, means
 
 
+def exact_layer_norm_backward(dy, x, weight, eps=1e-5):
+    """layer_norm_backward of 2-D arrays over the last axis, at the exact statistics of x (rational
+    mean and variance, rstd and the rest to 40 digits, rounded to float64 once): dx, dweight and
+    dbias. Slow (Python numbers): for a few rows."""
+    x = np.asarray(x, dtype=np.float64)
+    dy = np.asarray(dy, dtype=np.float64)
+    w = np.asarray(weight, dtype=np.float64).tolist()
+    dx = np.empty(x.shape)
+    with decimal.localcontext() as ctx:
+        ctx.prec = 40
+        dw = [Decimal(0)] * x.shape[1]
+        for r, row in enumerate(x):
+            fx = [Fraction(v) for v in row.tolist()]
+            n = len(fx)
+            m = sum(fx) / n
+            var = sum((v - m) ** 2 for v in fx) / n + Fraction(eps)
+            rstd = 1 / (Decimal(var.numerator) / Decimal(var.denominator)).sqrt()
+            xhat = [Decimal((v - m).numerator) / Decimal((v - m).denominator) * rstd for v in fx]
+            d = [Decimal(v) for v in dy[r].tolist()]
+            g = [a * Decimal(b) for a, b in zip(d, w)]
+            mg = sum(g) / n
+            mgx = sum(a * b for a, b in zip(g, xhat)) / n
+            dx[r] = [float(rstd * (a - mg - b * mgx)) for a, b in zip(g, xhat)]
+            dw = [s + a * b for s, a, b in zip(dw, d, xhat)]
+    return dx, np.array([float(v) for v in dw]), dy.sum(axis=0)
+
+
 def rms_norm(x, weight=None, eps=1e-6, *, axis=-1, return_stats=False):
     x = np.asarray(x, dtype=np.float64)
     axes = _norm_axes(x.ndim, axis)
@@ -70,14 +97,19 @@ def rms_norm(x, weight=None, eps=1e-6, *, axis=-1, return_stats=False):
 
 
 def _norm_backward(dy, x, mean, rstd, weight, axis):
-    """Gradients of y = (x - mean) * rstd * weight with mean and rstd the statistics of x, taken as
-    given (mean None for RMS norm): dx, dweight and dbias (both None without weight)."""
+    """Gradients of y = (x - mean) * rstd * weight with mean and rstd the statistics of x (mean None
+    for RMS norm): dx, dweight and dbias (both None without weight). rstd is taken as given; so is
+    mean, except for its rounding to x's dtype, which is recovered from x as the mean of x - mean
+    (as fastln does for rows far from zero, where it shows)."""
     x = np.asarray(x, dtype=np.float64)
     dy = np.asarray(dy, dtype=np.float64)
     axes = _norm_axes(x.ndim, axis)
     keep = x.shape[: axes[0]] + (1,) * len(axes)
     rstd = np.asarray(rstd, dtype=np.float64).reshape(keep)
     xc = x if mean is None else x - np.asarray(mean, dtype=np.float64).reshape(keep)
+    if mean is not None and xc.size:
+        rest = xc.mean(axis=axes, keepdims=True)
+        xc = xc - np.where(np.isfinite(rest), rest, 0.0)
     xhat = xc * rstd
     g = dy if weight is None else dy * np.asarray(weight, dtype=np.float64)
     proj = (g * xhat).mean(axis=axes, keepdims=True)

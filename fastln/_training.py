@@ -174,7 +174,9 @@ def _backward(dy, x, mean, rstd, weight, axis, center: bool):
 
 def layer_norm_backward(dy, x, mean, rstd, weight=None, *, axis: int = -1):
     """Gradients of layer_norm: (dx, dweight, dbias), given dy = dL/dy and the forward pass's x,
-    mean and rstd (as layer_norm(..., return_stats=True) returns them).
+    mean and rstd (as layer_norm(..., return_stats=True) returns them). The mean comes rounded to
+    x's dtype; for rows whose mean is more than 16 standard deviations from zero, where that
+    rounding can show, the rest of the mean is recovered from x (the mean of x - mean).
 
     dweight = sum over examples of dy * (x - mean) * rstd and dbias = sum of dy; both are None when
     weight is None. They are summed in x's dtype over fixed blocks of rows (16 to 64, set by the

@@ -246,6 +246,40 @@ def test_large_offset_float32(isa, rng):
         close(g, e, 1e-4)
 
 
+# Rows far from zero relative to their spread: the mean that the forward pass returns is rounded
+# to x's dtype by up to half an ulp of the offset (0.06 standard deviations at float64 1e15 +
+# N(0,1), 0.5 at float32 1e4 + N(0,1e-3)), and layer_norm_backward recovers the rounding from x.
+# Against the exact gradient. In the first group of four rows, row 1 is near zero and row 2 at 8
+# standard deviations, where the rounding is left (each keeps its own arithmetic); row 4 is alone.
+# A row's dx has the same bits in a call of its own (the recovery's sums do not depend on its
+# group).
+@pytest.mark.parametrize("n", [7, 33, 768])
+@pytest.mark.parametrize("dtype,c,s,tol", [
+    (np.float64, 1e6, 1.0, 1e-13), (np.float64, 1e8, 1e-3, 1e-13),
+    (np.float64, -1e12, 1.0, 1e-13), (np.float64, 1e15, 1.0, 1e-13),
+    (np.float32, 1e4, 1e-3, 1e-5), (np.float32, -1e6, 1.0, 1e-5)])
+def test_large_offset_against_exact_gradient(isa, rng, dtype, c, s, tol, n):
+    x = c + s * rng.standard_normal((5, n))
+    x[1] = s * rng.standard_normal(n)
+    x[2] = s * (8.0 + rng.standard_normal(n))
+    x = x.astype(dtype)
+    w = (1 + 0.5 * rng.standard_normal(n)).astype(dtype)
+    dy = rng.standard_normal((5, n)).astype(dtype)
+    _, mean, rstd = fastln.layer_norm(x, w, eps=1e-12, return_stats=True)
+    dx, dw, db = fastln.layer_norm_backward(dy, x, mean, rstd, w)
+    dx_e, dw_e, db_e = ref.exact_layer_norm_backward(dy, x, w, eps=1e-12)
+    for r in range(5):
+        close(dx[r], dx_e[r], tol, dx_scale(dy[r], rstd[r], w))
+    close(dw, dw_e, tol)
+    close(db, db_e, tol)
+    # The float64 reference recovers the rounding too.
+    for g, e in zip((dx, dw), ref.layer_norm_backward(dy, x, mean, rstd, w)):
+        close(g, e, tol, dx_scale(dy, rstd, w) if g is dx else 0.0)
+    for r in (0, 2, 4):
+        one = fastln.layer_norm_backward(dy[r:r + 1], x[r:r + 1], mean[r:r + 1], rstd[r:r + 1], w)
+        assert one[0].tobytes() == dx[r:r + 1].tobytes()
+
+
 def test_zero_rows_and_nan(isa, rng):
     x = np.zeros((0, 8), np.float32)
     s = np.zeros(0, np.float32)

@@ -58,9 +58,64 @@ inline void DxRow(const typename St::E *dy, const typename St::E *x, const typen
   }
 }
 
-template <class St, int R, bool kCenter, bool kW, bool kGrad>
+// Whether a row takes DxRow's subtraction of mean (kShift): |mean| more than kNear standard
+// deviations.
+inline bool FarMean(double mean, double rstd) {
+  return !(mean * mean * rstd * rstd <= kNear * kNear);
+}
+
+// Rows whose |mean| is more than this many standard deviations have the mean's rounding recovered
+// (MeanRest, below). Nearer rows keep the given mean: the rounding moves their xhat by at most
+// 16 units of T's roundoff, under the error dx has anyway (float32, 4 rows x 768 at 15 + N(0,1),
+// max |dx - exact| / max |exact| 7.1e-8 with the given mean); and the recovery's extra read of x
+// takes the backward pass up to 2x the time (README, Training).
+constexpr double kRestFrom = 16.0;
+inline bool RestShows(double mean, double rstd) {
+  return !(mean * mean * rstd * rstd <= kRestFrom * kRestFrom);
+}
+
+// What the given mean leaves out of the row's mean: sum(x - mean) / n, summed in T over chunks of
+// kFlushVecs vectors and in double across them. The mean the forward pass returns is rounded to T, by up to half an ulp of the offset:
+// up to 0.06 standard deviations for float64 1e15 + N(0,1), 0.5 for float32 1e4 + N(0,1e-3). Taken
+// as given, that shift went into every xhat and so into dx and dweight (README, Accuracy). x - mean
+// is exact for values within a factor of two of mean, so the sum's error is T's rounding of the
+// deviations, as in the forward pass. 0 when not finite: NaN and Inf rows keep their dx.
+template <class St, int R>
+inline void MeanRest(const typename St::E *const *x, int64_t n, const typename St::T *mean,
+                     double inv_n, double *lo) {
+  using T = typename St::T;
+  using S = Simd<T>;
+  using V = typename S::V;
+  constexpr int N = S::N;
+  const int64_t nvec = n - n % (2 * N);
+  // Two sums a row, in every group size, so that a row's lo does not depend on its neighbours:
+  // rows side by side overlap their chains of adds and their reductions, which a row alone
+  // (one chain) left exposed.
+  double s[R] = {};
+  V vm[R];
+  for (int q = 0; q < R; ++q) vm[q] = S::Set(mean[q]);
+  for (int64_t j0 = 0; j0 < nvec; j0 += kFlushVecs * N) {
+    const int64_t j1 = Min(nvec, j0 + kFlushVecs * N);
+    V acc[R][2];
+    for (int q = 0; q < R; ++q) acc[q][0] = acc[q][1] = S::Zero();
+    for (int64_t j = j0; j < j1; j += 2 * N)
+      for (int q = 0; q < R; ++q)
+        for (int k = 0; k < 2; ++k)
+          acc[q][k] = S::Add(acc[q][k], S::Sub(St::Load(x[q] + j + k * N), vm[q]));
+    for (int q = 0; q < R; ++q) s[q] += S::ReduceSumDouble(S::Add(acc[q][0], acc[q][1]));
+  }
+  for (int q = 0; q < R; ++q) {
+    for (int64_t j = nvec; j < n; ++j) s[q] += double(St::ToT(x[q][j]) - mean[q]);
+    lo[q] = IsFinite(s[q] * inv_n) ? s[q] * inv_n : 0.0;
+  }
+}
+
+// With kLo, lo[q] is row q's MeanRest (0 for rows where the rest does not show), and its xhat is
+// (x - mean - lo) * rstd.
+template <class St, int R, bool kCenter, bool kW, bool kGrad, bool kLo>
 inline void BackwardGroup(const NormBackwardArgs<typename St::E, typename St::T> &a, int64_t r0,
-                          double inv_n, bool first, typename St::T *dw, typename St::T *db) {
+                          double inv_n, bool first, typename St::T *dw, typename St::T *db,
+                          const double *lo) {
   using T = typename St::T;
   using E = typename St::E;
   using S = Simd<T>;
@@ -72,8 +127,8 @@ inline void BackwardGroup(const NormBackwardArgs<typename St::E, typename St::T>
   const T *w = a.weight;
   const E *dy[R];
   const E *x[R];
-  T mu[R], rs[R];
-  V vmu[R], vrs[R];
+  T mu[R], rs[R], tlo[R];
+  V vmu[R], vrs[R], vlo[R];
   for (int q = 0; q < R; ++q) {
     dy[q] = a.dy + (r0 + q) * a.lddy;
     x[q] = a.x + (r0 + q) * a.ldx;
@@ -81,6 +136,8 @@ inline void BackwardGroup(const NormBackwardArgs<typename St::E, typename St::T>
     rs[q] = a.rstd[r0 + q];
     vmu[q] = S::Set(mu[q]);
     vrs[q] = S::Set(rs[q]);
+    tlo[q] = kLo ? T(lo[q]) : T(0);
+    vlo[q] = S::Set(tlo[q]);
   }
 
   double sums[R][K] = {};
@@ -95,7 +152,8 @@ inline void BackwardGroup(const NormBackwardArgs<typename St::E, typename St::T>
       for (int q = 0; q < R; ++q) {
         // With t = dy * (x - mean): A += dy * w, B += t * w, dweight += t * rstd.
         const V d = St::Load(dy[q] + j);
-        const V xc = kCenter ? S::Sub(St::Load(x[q] + j), vmu[q]) : St::Load(x[q] + j);
+        V xc = kCenter ? S::Sub(St::Load(x[q] + j), vmu[q]) : St::Load(x[q] + j);
+        if (kLo) xc = S::Sub(xc, vlo[q]);
         const V t = S::Mul(d, xc);
         if (kCenter) acc[q][0] = kW ? S::MulAdd(d, wv, acc[q][0]) : S::Add(acc[q][0], d);
         acc[q][K - 1] = kW ? S::MulAdd(t, wv, acc[q][K - 1]) : S::Add(acc[q][K - 1], t);
@@ -117,7 +175,7 @@ inline void BackwardGroup(const NormBackwardArgs<typename St::E, typename St::T>
     T sw = T(0), sb = T(0);
     for (int q = 0; q < R; ++q) {
       const T d = St::ToT(dy[q][j]);
-      const T xc = St::ToT(x[q][j]) - mu[q];
+      const T xc = kLo ? (St::ToT(x[q][j]) - mu[q]) - tlo[q] : St::ToT(x[q][j]) - mu[q];
       const double g = kW ? double(d) * double(w[j]) : double(d);
       if (kCenter) sums[q][0] += g;
       sums[q][K - 1] += g * double(xc);
@@ -141,10 +199,11 @@ inline void BackwardGroup(const NormBackwardArgs<typename St::E, typename St::T>
     const E *xr = x[q];
     E *dx = a.dx + (r0 + q) * a.lddx;
     const double m = double(mu[q]);
-    if (!kCenter || m * m * r * r <= kNear * kNear)
+    if (!kCenter || !FarMean(m, r))
       DxRow<St, kW, false>(d, xr, w, dx, n, T(0), rs[q], T(k2), T(k3 - m * k2));
-    else
-      DxRow<St, kW, true>(d, xr, w, dx, n, mu[q], rs[q], T(k2), T(k3));
+    else  // (x - mean - lo) * k2 + k3; lo is 0 where not kLo, and k2 may be Inf
+      DxRow<St, kW, true>(d, xr, w, dx, n, mu[q], rs[q], T(k2),
+                          T(kLo && lo[q] != 0.0 ? k3 - lo[q] * k2 : k3));
   }
 }
 
@@ -152,15 +211,48 @@ template <class St, bool kCenter, bool kW, bool kGrad>
 void NormBackwardRowsT(const NormBackwardArgs<typename St::E, typename St::T> &a, int64_t r0,
                        int64_t r1, typename St::T *dw, typename St::T *db) {
   using T = typename St::T;
+  using E = typename St::E;
   const int64_t n = a.cols;
   const double inv_n = 1.0 / double(n);
   // Sized by T, not by the stored type, so that 16-bit rows group as float32 rows do and dweight
   // and dbias stay bitwise float32's at every length.
   const bool wide = int64_t(2 * kRows) * n * int64_t(sizeof(T)) <= kGroupBytes;
+  // A group with a row whose rest shows takes the instance that subtracts lo; the others, and
+  // every group of a call without such rows (checked once), keep their loop.
+  bool shows = false;
+  if (kCenter)
+    for (int64_t r = r0; r < r1; ++r) shows |= RestShows(double(a.mean[r]), double(a.rstd[r]));
+  double lo[kRows];
+  auto far = [&](int64_t r, auto rows) {
+    constexpr int R = decltype(rows)::value;
+    if (!shows) return false;
+    bool any = false;
+    for (int q = 0; q < R; ++q)
+      any = any || RestShows(double(a.mean[r + q]), double(a.rstd[r + q]));
+    if (!any) return false;
+    const E *x[R];
+    for (int q = 0; q < R; ++q) x[q] = a.x + (r + q) * a.ldx;
+    MeanRest<St, R>(x, n, a.mean + r, inv_n, lo);
+    any = false;
+    for (int q = 0; q < R; ++q) {
+      if (!RestShows(double(a.mean[r + q]), double(a.rstd[r + q]))) lo[q] = 0.0;
+      any = any || lo[q] != 0.0;
+    }
+    return any;
+  };
   int64_t r = r0;
-  for (; wide && r + kRows <= r1; r += kRows)
-    BackwardGroup<St, kRows, kCenter, kW, kGrad>(a, r, inv_n, r == r0, dw, db);
-  for (; r < r1; ++r) BackwardGroup<St, 1, kCenter, kW, kGrad>(a, r, inv_n, r == r0, dw, db);
+  for (; wide && r + kRows <= r1; r += kRows) {
+    if (far(r, std::integral_constant<int, kRows>{}))
+      BackwardGroup<St, kRows, kCenter, kW, kGrad, kCenter>(a, r, inv_n, r == r0, dw, db, lo);
+    else
+      BackwardGroup<St, kRows, kCenter, kW, kGrad, false>(a, r, inv_n, r == r0, dw, db, lo);
+  }
+  for (; r < r1; ++r) {
+    if (far(r, std::integral_constant<int, 1>{}))
+      BackwardGroup<St, 1, kCenter, kW, kGrad, kCenter>(a, r, inv_n, r == r0, dw, db, lo);
+    else
+      BackwardGroup<St, 1, kCenter, kW, kGrad, false>(a, r, inv_n, r == r0, dw, db, lo);
+  }
   if (kGrad && r0 == r1) {
     for (int64_t j = 0; j < n; ++j) {
       dw[j] = T(0);

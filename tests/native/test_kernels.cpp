@@ -530,7 +530,9 @@ void CheckAddNormBF16(const Isa &isa, const char *kname, Fn fn) {
 // (LayerNorm) dbias = sum of dy, in P (the C API adds the blocks' sums in double). dy, x and dx
 // are stored in St (16-bit storage: P is float, and dx may be off by its rounding to St as well).
 // mean and rstd come from the float64 forward rounded to P, as a forward pass would hand them
-// over; the reference uses the same rounded values.
+// over; the reference uses the same rstd, and the mean with its rounding recovered from x (the mean
+// of x - mean), as the kernels do for rows far from zero (nearer, that rounding is within the
+// tolerance).
 
 template <class St, Op op, class Fn>
 void RunBackwardCase(const Isa &isa, const char *kname, Fn fn, int64_t n,
@@ -576,11 +578,15 @@ void RunBackwardCase(const Isa &isa, const char *kname, Fn fn, int64_t n,
         guard_ok &= same(dxr[i], inplace ? dy[r * ld + i] : St::Enc(-3));
       if (guard) continue;
       const A m = op == kLayer ? A(mean[r]) : A(0), rs = A(rstd[r]);
+      A rest = 0;
+      for (int64_t i = 0; op == kLayer && i < n; ++i) rest += A(St::Dec(x[r * ld + i])) - m;
+      rest = rest / A(n);
+      if (!(rest - rest == 0)) rest = 0;  // NaN and Inf rows
       std::vector<A> g(n), xh(n);
       A sg = 0, sgx = 0, gmax = 0, xmax = 0;
       for (int64_t i = 0; i < n; ++i) {
         const A d = A(St::Dec(dy[r * ld + i]));
-        xh[i] = (A(St::Dec(x[r * ld + i])) - m) * rs;
+        xh[i] = (A(St::Dec(x[r * ld + i])) - m - rest) * rs;
         g[i] = d * (a.weight ? A(w[i]) : A(1));
         sg += g[i], sgx += g[i] * xh[i];
         gmax = fabsl(g[i]) > gmax ? fabsl(g[i]) : gmax;
