@@ -2,7 +2,8 @@
 
 Rows are x = c + s * N(0, 1). The reference runs in float64 on the same float32 inputs, so what is
 measured is each implementation's own error. torch and onnxruntime are measured when installed.
-`python -m fastln._accuracy` also prints float64 rows against the exact reference (ROWS_F64).
+`python -m fastln._accuracy` also prints float64 rows against the exact reference (ROWS_F64), and
+layer_norm_backward's dx and dweight against the exact gradient (ROWS_BACKWARD).
 """
 
 from __future__ import annotations
@@ -120,6 +121,68 @@ def measure_float64(rows_per_case: int = 4, cols: int = 768, eps: float = 1e-12,
     return out
 
 
+# layer_norm_backward: rows far from zero, where the mean that the forward pass returns is rounded.
+ROWS_BACKWARD = [(np.float32, 0, 1), (np.float32, 1e2, 1), (np.float32, 1e4, 1e-3),
+                 (np.float32, 1e6, 1), (np.float64, 0, 1), (np.float64, 1e6, 1),
+                 (np.float64, 1e8, 1e-3), (np.float64, 1e12, 1), (np.float64, 1e15, 1)]
+
+
+def measure_backward(rows_per_case: int = 4, cols: int = 768, eps: float = 1e-12, seed: int = 11):
+    """dx and dweight of layer_norm_backward, given the forward pass's mean and rstd, against the
+    exact gradient (ref.exact_layer_norm_backward): max |g - exact| / max |exact|. torch: autograd
+    through its own layer_norm. fastln's figure is the worst over the usable ISAs."""
+    rng = np.random.default_rng(seed)
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    isas = fastln.runtime_info()["isas"]
+    before = fastln.get_isa()
+    out = []
+    try:
+        for dt, c, s in ROWS_BACKWARD:
+            x = (c + s * rng.standard_normal((rows_per_case, cols))).astype(dt)
+            w = (1 + 0.1 * rng.standard_normal(cols)).astype(dt)
+            dy = rng.standard_normal((rows_per_case, cols)).astype(dt)
+            dx_e, dw_e, _ = ref.exact_layer_norm_backward(dy, x, w, eps)
+
+            def err(g, e):
+                g = np.asarray(g, np.float64)
+                return float(np.abs(g - e).max() / np.abs(e).max()) if np.isfinite(g).all() \
+                    else float("nan")
+
+            res = {"dtype": np.dtype(dt).name, "c": c, "s": s, "cols": cols, "fastln": (0.0, 0.0)}
+            for isa in isas:
+                fastln.set_isa(isa)
+                _, mean, rstd = fastln.layer_norm(x, w, eps=eps, return_stats=True)
+                dx, dw, _ = fastln.layer_norm_backward(dy, x, mean, rstd, w)
+                got = (err(dx, dx_e), err(dw, dw_e))
+                res["fastln"] = tuple(max(a, b) for a, b in zip(res["fastln"], got))
+            if torch is not None:
+                xt = torch.tensor(x, requires_grad=True)
+                wt = torch.tensor(w, requires_grad=True)
+                yt = torch.nn.functional.layer_norm(xt, (cols,), wt, None, eps)
+                yt.backward(torch.tensor(dy))
+                res["torch"] = (err(xt.grad.numpy(), dx_e), err(wt.grad.numpy(), dw_e))
+            out.append(res)
+    finally:
+        fastln.set_isa(before)
+    return out
+
+
+def format_backward_table(results) -> str:
+    names = [n for n in ("fastln", "torch") if n in results[0]]
+    head = ("| dtype | row: c + s*N(0,1) | D | " + " | ".join(f"{n} dx" for n in names) + " | "
+            + " | ".join(f"{n} dweight" for n in names) + " |")
+    lines = [head, "|" + "---|" * (3 + 2 * len(names))]
+    for r in results:
+        cells = [f"{r[n][k]:.1e}" if r[n][k] == r[n][k] else "NaN/Inf" for k in (0, 1)
+                 for n in names]
+        lines.append(f"| {r['dtype']} | c={r['c']:g}, s={r['s']:g} | {r['cols']} | "
+                     + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def format_table(results) -> str:
     names = [n for n in ("fastln", "torch", "onnxruntime") if n in results[0]]
     head = "| row: c + s*N(0,1) | D | " + " | ".join(f"{n} max abs err" for n in names) + " |"
@@ -138,3 +201,6 @@ if __name__ == "__main__":
     print(format_table(measure()))
     print("\nfloat64, against the exact reference (eps = 1e-12):")
     print(format_table(measure_float64()))
+    print("\nlayer_norm_backward, against the exact gradient (eps = 1e-12; max |g - exact| / "
+          "max |exact|):")
+    print(format_backward_table(measure_backward()))

@@ -518,13 +518,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         # Rows of 65536 values only in the full report: --quick stays near its 20 s.
         lengths = _accuracy.LENGTHS[:2] if a.quick else _accuracy.LENGTHS
         accuracy = {"float32": _accuracy.measure(lengths=lengths),
-                    "float64": _accuracy.measure_float64()}
+                    "float64": _accuracy.measure_float64(),
+                    "backward": _accuracy.measure_backward()}
         print("\nAccuracy, float32 rows c + s·N(0,1), 4 a case: max |y - y_ref|, y_ref in float64 "
               "from the same inputs (python -m fastln._accuracy):")
         print(_accuracy.format_table(accuracy["float32"]))
         print("\nfloat64 rows, against each row's exact mean and variance (eps = 1e-12; fastln: "
               "its worst ISA):")
         print(_accuracy.format_table(accuracy["float64"]))
+        print("\nlayer_norm_backward's dx and dweight, given the forward pass's mean and rstd, "
+              "against the exact gradient: max |g - exact| / max |exact| (eps = 1e-12):")
+        print(_accuracy.format_backward_table(accuracy["backward"]))
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"machine": machine(), "runtime": info, "numpy": np.__version__,

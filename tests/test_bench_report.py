@@ -33,6 +33,11 @@ def test_report_ends_with_the_accuracy_tables(tmp_path, capsys):
     # The bars the tests hold fastln to (test_layer_norm.py): 1e-5 float32, 1e-13 float64.
     assert max(r["fastln"] for r in acc["float32"]) <= 1e-5
     assert max(r["fastln"] for r in acc["float64"]) <= 1e-13
+    # The backward table: fastln's dx and dweight at the bars of test_backward.py.
+    assert "layer_norm_backward's dx and dweight" in text
+    assert "| float64 | c=1e+15, s=1 | 768 |" in text
+    for r in acc["backward"]:
+        assert max(r["fastln"]) <= (1e-13 if r["dtype"] == "float64" else 1e-5), r
 
 
 def test_threads_report_speedup_over_one_thread(capsys):
