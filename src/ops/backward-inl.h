@@ -75,11 +75,12 @@ inline bool RestShows(double mean, double rstd) {
 }
 
 // What the given mean leaves out of the row's mean: sum(x - mean) / n, summed in T over chunks of
-// kFlushVecs vectors and in double across them. The mean the forward pass returns is rounded to T, by up to half an ulp of the offset:
-// up to 0.06 standard deviations for float64 1e15 + N(0,1), 0.5 for float32 1e4 + N(0,1e-3). Taken
-// as given, that shift went into every xhat and so into dx and dweight (README, Accuracy). x - mean
-// is exact for values within a factor of two of mean, so the sum's error is T's rounding of the
-// deviations, as in the forward pass. 0 when not finite: NaN and Inf rows keep their dx.
+// kFlushVecs vectors and in double across them. The mean the forward pass returns is rounded to T,
+// by up to half an ulp of the offset: up to 0.06 standard deviations for float64 1e15 + N(0,1),
+// 0.5 for float32 1e4 + N(0,1e-3). Taken as given, that shift went into every xhat and so into dx
+// and dweight (README, Accuracy). x - mean is exact for values within a factor of two of mean, so
+// the sum's error is T's rounding of the deviations, as in the forward pass. 0 when not finite:
+// NaN and Inf rows keep their dx.
 template <class St, int R>
 inline void MeanRest(const typename St::E *const *x, int64_t n, const typename St::T *mean,
                      double inv_n, double *lo) {
