@@ -37,6 +37,16 @@ def layer_norm(x, weight=None, bias=None, eps=1e-5, *, axis=-1, return_stats=Fal
     return y
 
 
+def _exact_row(row, eps):
+    """One row's exact mean (a Fraction), rstd and normalized values (Decimals, to the context's
+    precision)."""
+    fx = [Fraction(v) for v in row.tolist()]
+    m = sum(fx) / len(fx)
+    var = sum((v - m) ** 2 for v in fx) / len(fx) + Fraction(eps)
+    rstd = 1 / (Decimal(var.numerator) / Decimal(var.denominator)).sqrt()
+    return m, rstd, [Decimal((v - m).numerator) / Decimal((v - m).denominator) * rstd for v in fx]
+
+
 def exact_layer_norm(x, eps=1e-5):
     """layer_norm of a 2-D array over its last axis, no affine: each row's mean and variance in
     exact rational arithmetic, rstd and the normalized values to 40 digits, rounded to float64
@@ -47,12 +57,8 @@ def exact_layer_norm(x, eps=1e-5):
     with decimal.localcontext() as ctx:
         ctx.prec = 40
         for r, row in enumerate(x):
-            fx = [Fraction(v) for v in row.tolist()]
-            m = sum(fx) / len(fx)
-            var = sum((v - m) ** 2 for v in fx) / len(fx) + Fraction(eps)
-            rstd = 1 / (Decimal(var.numerator) / Decimal(var.denominator)).sqrt()
-            out[r] = [float(Decimal((v - m).numerator) / Decimal((v - m).denominator) * rstd)
-                      for v in fx]
+            m, _, xhat = _exact_row(row, eps)
+            out[r] = [float(v) for v in xhat]
             means[r] = float(m)
     return out, means
 
@@ -65,16 +71,12 @@ def exact_layer_norm_backward(dy, x, weight, eps=1e-5):
     dy = np.asarray(dy, dtype=np.float64)
     w = np.asarray(weight, dtype=np.float64).tolist()
     dx = np.empty(x.shape)
+    n = x.shape[1]
     with decimal.localcontext() as ctx:
         ctx.prec = 40
-        dw = [Decimal(0)] * x.shape[1]
+        dw = [Decimal(0)] * n
         for r, row in enumerate(x):
-            fx = [Fraction(v) for v in row.tolist()]
-            n = len(fx)
-            m = sum(fx) / n
-            var = sum((v - m) ** 2 for v in fx) / n + Fraction(eps)
-            rstd = 1 / (Decimal(var.numerator) / Decimal(var.denominator)).sqrt()
-            xhat = [Decimal((v - m).numerator) / Decimal((v - m).denominator) * rstd for v in fx]
+            _, rstd, xhat = _exact_row(row, eps)
             d = [Decimal(v) for v in dy[r].tolist()]
             g = [a * Decimal(b) for a, b in zip(d, w)]
             mg = sum(g) / n
