@@ -227,16 +227,18 @@ void NormBackwardRowsT(const NormBackwardArgs<typename St::E, typename St::T> &a
   auto far = [&](int64_t r, auto rows) {
     constexpr int R = decltype(rows)::value;
     if (!shows) return false;
-    bool any = false;
-    for (int q = 0; q < R; ++q)
-      any = any || RestShows(double(a.mean[r + q]), double(a.rstd[r + q]));
+    bool show[R], any = false;
+    for (int q = 0; q < R; ++q) {
+      show[q] = RestShows(double(a.mean[r + q]), double(a.rstd[r + q]));
+      any = any || show[q];
+    }
     if (!any) return false;
     const E *x[R];
     for (int q = 0; q < R; ++q) x[q] = a.x + (r + q) * a.ldx;
     MeanRest<St, R>(x, n, a.mean + r, inv_n, lo);
     any = false;
     for (int q = 0; q < R; ++q) {
-      if (!RestShows(double(a.mean[r + q]), double(a.rstd[r + q]))) lo[q] = 0.0;
+      if (!show[q]) lo[q] = 0.0;
       any = any || lo[q] != 0.0;
     }
     return any;
