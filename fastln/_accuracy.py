@@ -58,6 +58,25 @@ def ort_layer_norm_session(cols: int, dtype=np.float32, eps: float = 1e-5, threa
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
+def _on_each_isa(f):
+    """f() under each ISA usable here, in turn, as a list; the active ISA is restored after."""
+    before = fastln.get_isa()
+    try:
+        out = []
+        for isa in fastln.runtime_info()["isas"]:
+            fastln.set_isa(isa)
+            out.append(f())
+        return out
+    finally:
+        fastln.set_isa(before)
+
+
+def _worst(errors):
+    """The largest error, NaN (not finite) if any is."""
+    errors = list(errors)
+    return float("nan") if any(e != e for e in errors) else max(errors)
+
+
 def measure(rows_per_case: int = 4, seed: int = 0, lengths=LENGTHS):
     """List of dicts: c, s, cols and the max abs error of each implementation (nan: not finite)."""
     rng = np.random.default_rng(seed)
@@ -89,35 +108,22 @@ def measure_float64(rows_per_case: int = 4, cols: int = 768, eps: float = 1e-12,
     rng = np.random.default_rng(seed)
     torch_ln = _torch_ln()
     sess = ort_layer_norm_session(cols, np.float64, eps)
-    isas = fastln.runtime_info()["isas"]
-    before = fastln.get_isa()
     out = []
-    try:
-        for c, s in ROWS_F64:
-            x = c + s * rng.standard_normal((rows_per_case, cols))
-            expected, _ = ref.exact_layer_norm(x, eps)
-            res = {"c": c, "s": s, "cols": cols}
+    for c, s in ROWS_F64:
+        x = c + s * rng.standard_normal((rows_per_case, cols))
+        expected, _ = ref.exact_layer_norm(x, eps)
+        res = {"c": c, "s": s, "cols": cols}
 
-            def fast(x):
-                ys = []
-                for isa in isas:
-                    fastln.set_isa(isa)
-                    ys.append(fastln.layer_norm(x, eps=eps))
-                return max(ys, key=lambda y: np.abs(y - expected).max())
+        def err(y):
+            with np.errstate(all="ignore"):
+                return float(np.abs(y - expected).max()) if np.isfinite(y).all() else float("nan")
 
-            impls = {"fastln": fast}
-            if torch_ln is not None:
-                impls["torch"] = lambda x: torch_ln(x, eps)
-            if sess is not None:
-                impls["onnxruntime"] = lambda x: sess.run(None, {"X": x})[0]
-            for name, f in impls.items():
-                with np.errstate(all="ignore"):
-                    y = f(x)
-                    err = float(np.abs(y - expected).max()) if np.isfinite(y).all() else float("nan")
-                res[name] = err
-            out.append(res)
-    finally:
-        fastln.set_isa(before)
+        res["fastln"] = _worst(_on_each_isa(lambda: err(fastln.layer_norm(x, eps=eps))))
+        if torch_ln is not None:
+            res["torch"] = err(torch_ln(x, eps))
+        if sess is not None:
+            res["onnxruntime"] = err(sess.run(None, {"X": x})[0])
+        out.append(res)
     return out
 
 
@@ -136,37 +142,33 @@ def measure_backward(rows_per_case: int = 4, cols: int = 768, eps: float = 1e-12
         import torch
     except ImportError:
         torch = None
-    isas = fastln.runtime_info()["isas"]
-    before = fastln.get_isa()
     out = []
-    try:
-        for dt, c, s in ROWS_BACKWARD:
-            x = (c + s * rng.standard_normal((rows_per_case, cols))).astype(dt)
-            w = (1 + 0.1 * rng.standard_normal(cols)).astype(dt)
-            dy = rng.standard_normal((rows_per_case, cols)).astype(dt)
-            dx_e, dw_e, _ = ref.exact_layer_norm_backward(dy, x, w, eps)
+    for dt, c, s in ROWS_BACKWARD:
+        x = (c + s * rng.standard_normal((rows_per_case, cols))).astype(dt)
+        w = (1 + 0.1 * rng.standard_normal(cols)).astype(dt)
+        dy = rng.standard_normal((rows_per_case, cols)).astype(dt)
+        dx_e, dw_e, _ = ref.exact_layer_norm_backward(dy, x, w, eps)
 
-            def err(g, e):
-                g = np.asarray(g, np.float64)
-                return float(np.abs(g - e).max() / np.abs(e).max()) if np.isfinite(g).all() \
-                    else float("nan")
+        def err(g, e):
+            g = np.asarray(g, np.float64)
+            return float(np.abs(g - e).max() / np.abs(e).max()) if np.isfinite(g).all() \
+                else float("nan")
 
-            res = {"dtype": np.dtype(dt).name, "c": c, "s": s, "cols": cols, "fastln": (0.0, 0.0)}
-            for isa in isas:
-                fastln.set_isa(isa)
-                _, mean, rstd = fastln.layer_norm(x, w, eps=eps, return_stats=True)
-                dx, dw, _ = fastln.layer_norm_backward(dy, x, mean, rstd, w)
-                got = (err(dx, dx_e), err(dw, dw_e))
-                res["fastln"] = tuple(max(a, b) for a, b in zip(res["fastln"], got))
-            if torch is not None:
-                xt = torch.tensor(x, requires_grad=True)
-                wt = torch.tensor(w, requires_grad=True)
-                yt = torch.nn.functional.layer_norm(xt, (cols,), wt, None, eps)
-                yt.backward(torch.tensor(dy))
-                res["torch"] = (err(xt.grad.numpy(), dx_e), err(wt.grad.numpy(), dw_e))
-            out.append(res)
-    finally:
-        fastln.set_isa(before)
+        def fast():
+            _, mean, rstd = fastln.layer_norm(x, w, eps=eps, return_stats=True)
+            dx, dw, _ = fastln.layer_norm_backward(dy, x, mean, rstd, w)
+            return err(dx, dx_e), err(dw, dw_e)
+
+        got = _on_each_isa(fast)
+        res = {"dtype": np.dtype(dt).name, "c": c, "s": s, "cols": cols,
+               "fastln": (_worst(g[0] for g in got), _worst(g[1] for g in got))}
+        if torch is not None:
+            xt = torch.tensor(x, requires_grad=True)
+            wt = torch.tensor(w, requires_grad=True)
+            yt = torch.nn.functional.layer_norm(xt, (cols,), wt, None, eps)
+            yt.backward(torch.tensor(dy))
+            res["torch"] = (err(xt.grad.numpy(), dx_e), err(wt.grad.numpy(), dw_e))
+        out.append(res)
     return out
 
 
