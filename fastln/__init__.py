@@ -211,7 +211,7 @@ def set_stream_bytes(nbytes: Optional[int] = None, nbytes16: Optional[int] = Non
     The sizes count the whole call's output and, once set, apply at every thread count and row
     length. Calls in place (out= x, or with the residual add x or the residual) never stream.
     Where the crossover lies depends on the machine's caches: see README, "Choosing the
-    ISA and the number of threads"."""
+    ISA and the number of threads", and docs/performance-notes.md."""
     _core.set_stream_bytes(
         _bytes_or_default("nbytes", nbytes), _bytes_or_default("nbytes16", nbytes16)
     )

@@ -268,19 +268,19 @@ std::atomic<int64_t> g_stream_native{-1}, g_stream_half{-1};
 //
 // LayerNormRowsBanded (src/ops/layer_norm-inl.h) normalizes rows of this many bytes or more in
 // column bands across groups of rows. It was measured faster on an AMD EPYC (Zen 3) guest from
-// 8 KiB (8x16384 33.1-34.2 -> 28.6-32.0 us; README). On a Sapphire Rapids Xeon guest it was slower
-// at every shape until its stores of y were prefetched (kBandPrefetchBytes); with them, in a C loop
-// over the kernel (1 thread, 2026-12-02), it was faster from 16 KiB rows (float32 8x16384 22.9-23.2
-// against 26.1-27.2 us, 32x4096 25.5 against 28.6-28.8; float64 16x2048 12.0 against 13.5) and
-// still slower at 8 KiB (float32 64x2048 25.1-25.8 against 20.4-21.1; float64 128x1024 65.9
-// against 61.0). Through Python there (interleaved, best of 15 rounds, two runs on a busy host),
-// bands against rows: float32 8x16384 36.4 and 39.3 against 40.0 and 44.6 us, 32x4096 30.0 against
-// 34.1, with the residual add 85.2 against 117.2; float64 even (8x16384 146.2 and 117.6 against
-// 140.7 and 117.3, 16x2048 25.6 and 19.3 against 26.7 and 20.7); 16-bit rows slower (float16
-// 64x8192 172.6 and 162.6 against 153.3 and 151.3, 8x16384 30.2 against 24.8; bfloat16 8x16384
-// 53.8 and 53.5 against 55.2 and 51.3). So on Intel CPUs the bands take float and double rows of
-// 16 KiB or more, and 16-bit rows only when set. Other CPUs (ARM included) were not measured, and
-// keep the rows one at a time. fastln_set_band_bytes sets one length for every dtype.
+// 8 KiB (8x16384 33.1-34.2 -> 28.6-32.0 us; docs/performance-notes.md). On a Sapphire Rapids Xeon
+// guest it was slower at every shape until its stores of y were prefetched (kBandPrefetchBytes);
+// with them, in a C loop over the kernel (1 thread, 2026-12-02), it was faster from 16 KiB rows
+// (float32 8x16384 22.9-23.2 against 26.1-27.2 us, 32x4096 25.5 against 28.6-28.8; float64 16x2048
+// 12.0 against 13.5) and still slower at 8 KiB (float32 64x2048 25.1-25.8 against 20.4-21.1;
+// float64 128x1024 65.9 against 61.0). Through Python there (interleaved, best of 15 rounds, two
+// runs on a busy host), bands against rows: float32 8x16384 36.4 and 39.3 against 40.0 and 44.6 us,
+// 32x4096 30.0 against 34.1, with the residual add 85.2 against 117.2; float64 even (8x16384 146.2
+// and 117.6 against 140.7 and 117.3, 16x2048 25.6 and 19.3 against 26.7 and 20.7); 16-bit rows
+// slower (float16 64x8192 172.6 and 162.6 against 153.3 and 151.3, 8x16384 30.2 against 24.8;
+// bfloat16 8x16384 53.8 and 53.5 against 55.2 and 51.3). So on Intel CPUs the bands take float and
+// double rows of 16 KiB or more, and 16-bit rows only when set. Other CPUs (ARM included) were not
+// measured, and keep the rows one at a time. fastln_set_band_bytes sets one length for every dtype.
 //
 // On AMD CPUs whose L1d holds five float or double rows (with one row's lag the general loop keeps
 // two rows of x, one of y, weight and bias there), such rows stay in the general loop, which since

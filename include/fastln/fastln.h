@@ -229,10 +229,10 @@ int64_t fastln_get_stream_bytes(int half);
 /* Column bands: layer norm rows of at least this many bytes, with weight or bias, whose y is not
  * streamed take their normalize pass in column bands across groups of up to 8 rows, so that
  * weight and bias come from L2 once a group instead of once a row. The default is where that was
- * measured faster (README): 8192 on AMD CPUs; on Intel CPUs 16384 for float and double rows and
- * never for 16-bit rows; never (INT64_MAX) elsewhere. A value set applies to every dtype; a
- * negative one restores the default. fastln_get_band_bytes gives the length for float and double
- * rows. The output is bit for bit the same either way. Returns FASTLN_OK. */
+ * measured faster (docs/performance-notes.md): 8192 on AMD CPUs; on Intel CPUs 16384 for float
+ * and double rows and never for 16-bit rows; never (INT64_MAX) elsewhere. A value set applies to
+ * every dtype; a negative one restores the default. fastln_get_band_bytes gives the length for
+ * float and double rows. The output is bit for bit the same either way. Returns FASTLN_OK. */
 int fastln_set_band_bytes(int64_t row_bytes);
 int64_t fastln_get_band_bytes(void);
 

@@ -709,7 +709,8 @@ FASTLN_INLINE double MeanLo(double mean, double lo) {
 
 // Rows [r0, r1) stored in format St, one at a time: not in pairs that share each load of weight
 // and bias, as the band loop and the short-row pipeline take them, since inside the statistics
-// loop a pair needs more than AVX2's 16 vector registers (spilled, it was slower; README, Speed).
+// loop a pair needs more than AVX2's 16 vector registers (spilled, it was slower;
+// docs/performance-notes.md).
 // With kRes (a.res not null), each row's first read is the residual add: h = x + res is written
 // once, while the statistics run on it, and every later pass (the shifted statistics, the
 // normalize pass, the exact path) reads h, still in L1.
@@ -1290,8 +1291,8 @@ struct ShortTail {
 //   float64 2048x64 0.88-0.89, 8192x64 0.75-0.76, 512x64 0.95-0.98, 32768x64 0.95-1.01; rows of
 //   12 vectors even (float32 512x100 and 2048x96, float64 2048x48: 0.99-1.02); AVX-512 float32
 //   2048x256 0.89, 2048x160 0.95, 8192x200 0.60-0.67, float64 2048x128 0.90-0.91, 8192x100
-//   0.59-0.64. Tried earlier on a Zen 3 guest for every short row (README): nothing at 8
-//   vectors (float32 2048x64), 4-5% at 16 (2048x128).
+//   0.59-0.64. Tried earlier on a Zen 3 guest for every short row (docs/performance-notes.md):
+//   nothing at 8 vectors (float32 2048x64), 4-5% at 16 (2048x128).
 constexpr int64_t kOneChainVecs = 8;
 
 template <bool kSum, class St, bool kRes, bool kTail, class Src>
