@@ -74,6 +74,19 @@ bool CpuHasNeon() {
 #endif
 }
 
+// The CPU's vendor, for defaults measured on one vendor's CPUs only.
+enum class Vendor { kAmd, kIntel, kOther };
+
+Vendor CpuVendor() {
+#if defined(__x86_64__) || defined(_M_X64)
+  unsigned a, b, c, d;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return Vendor::kOther;
+  if (b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163) return Vendor::kAmd;  // AuthenticAMD
+  if (b == 0x756e6547 && d == 0x49656e69 && c == 0x6c65746e) return Vendor::kIntel;  // GenuineIntel
+#endif
+  return Vendor::kOther;
+}
+
 struct IsaEntry {
   const char *name;
   const KernelTable *(*table)();
@@ -90,20 +103,18 @@ bool Avx512Usable() { return false; }
 #endif
 bool NeonUsable() { return table_neon() != nullptr && CpuHasNeon(); }
 
-// The automatic choice is the first usable entry. AVX-512 comes after AVX2, so it runs only when
-// asked for (FASTLN_ISA=avx512, set_isa): measured on a Sapphire Rapids guest, 1 thread, side by
-// side, it tied AVX2 on layer_norm float32/float64/float16 (0.97-1.07x), won on bfloat16
-// (1.18-1.25x once AVX2's bfloat16 store skipped the NaN test where it can), and lost on rms_norm
-// (0.45-0.97x) and on short rows whose length is not a multiple of 64 (layer_norm 2048x96: 0.58x),
-// where its 64-value blocks leave long remainders. On an AMD EPYC (Zen 5) guest (2026-12-03,
-// float32 layer_norm, out=, weight and bias, 1 thread, through Python, arrays where NumPy put
-// them, both ISAs and np.multiply interleaved in one process, best of 9 rounds), AVX-512's time
-// over AVX2's was 0.88-2.16 (1.31-2.16 on 2048x4096, 2048x1024 and 8192x1024) while every load of
-// a row 16 to 48 bytes past a line crossed two lines; since the general loop reads such rows by
-// RealignedRowOf (kernels-inl.h), 0.87-0.98 on 8x768, 128x768, 128x1024, 128x4096, 8192x64 and
-// 32768x64, 0.99-1.04 on 8x16384, 128x16384, 2048x64, 2048x96, 512x4096 and 8192x1024, 1.07-1.14
-// on 2048x768, 2048x1024 and 2048x4096 (one run; 0.77-1.12 in a run on a busier machine). A tie,
-// so AVX2 stays the automatic choice there too.
+// The automatic choice is the first usable entry, except on Intel's server cores with AVX512-FP16
+// (see Avx512First). AVX-512 comes after AVX2, so elsewhere it runs only when asked for
+// (FASTLN_ISA=avx512, set_isa). On an AMD EPYC (Zen 5) guest (2026-12-03, float32 layer_norm, out=,
+// weight and bias, 1 thread, through Python, arrays where NumPy put them, both ISAs and np.multiply
+// interleaved in one process, best of 9 rounds), AVX-512's time over AVX2's was 0.88-2.16
+// (1.31-2.16 on 2048x4096, 2048x1024 and 8192x1024) while every load of a row 16 to 48 bytes past a
+// line crossed two lines; since the general loop reads such rows by RealignedRowOf (kernels-inl.h),
+// 0.87-0.98 on 8x768, 128x768, 128x1024, 128x4096, 8192x64 and 32768x64, 0.99-1.04 on 8x16384,
+// 128x16384, 2048x64, 2048x96, 512x4096 and 8192x1024, 1.07-1.14 on 2048x768, 2048x1024 and
+// 2048x4096 (one run; 0.77-1.12 in a run on a busier machine). A tie, so AVX2 stays the automatic
+// choice there, and on the Zen 4 guest of README's Speed section (0.91-1.09 over the grid's shapes
+// of 100k values or more).
 const IsaEntry kIsas[] = {
     {"avx2", &table_avx2, &Avx2Usable},
     {"avx512", &table_avx512, &Avx512Usable},
@@ -117,7 +128,35 @@ const IsaEntry *FindIsa(const char *name) {
   return nullptr;
 }
 
+// Whether AVX-512 is the automatic choice: on Intel cores with AVX512-FP16 (Sapphire Rapids and
+// later Xeons, whose cores have two 512-bit FMA units; FP16 arithmetic itself is not used, and the
+// OS saves its state with the rest of AVX-512's, so /proc/cpuinfo lists it where it counts).
+// Measured on an Intel Xeon (family 6 model 207, Emerald Rapids; 48 KiB L1d, 2 MiB L2) guest,
+// 2026-12-05, build 58fc921, through Python, one build switched by set_isa, both ISAs interleaved
+// in one process, best of 9 rounds, 1 thread, out=, AVX-512's time over AVX2's: layer_norm with
+// weight and bias, float32 in two runs 0.70-0.99 and 0.60-1.02 (2048x96 0.70 and 0.64, 128x768 0.76
+// and 0.60, 128x1024 0.74 and 0.88, 2048x64 0.88 and 0.86, 32768x64 0.86, 8x16384 0.92 and 0.90;
+// 128x4096, 2048x768, 8192x768 and 1024x4096 0.93-1.02), float64 0.58-1.07 (512x100 0.58, 2048x64
+// 0.80, 8192x768 0.96, 8x1024 1.07), bfloat16 0.82-0.94; float16 0.91-1.14, slower on short rows
+// (2048x64 1.13 and 1.14, 8192x64 1.12); without weight and bias 0.86-1.09; rms_norm float32 in two
+// runs 0.83-1.04 and 0.77-1.02; the backward passes 0.90-1.14 (layer_norm_backward 2048x64 1.14).
+// On 2 threads, layer_norm float32 0.72-1.03. On a Sapphire Rapids guest (2026-11-30, kernels of
+// then: before short rows of a partial last vector had their own pipeline, and before
+// RealignedRowOf), AVX-512 had tied AVX2 on layer_norm and lost on rms_norm (0.45-0.97) and on
+// 2048x96 (0.58), so AVX2 was chosen there. Other Intel CPUs with AVX-512 (client cores; Skylake
+// and Ice Lake servers, some with one 512-bit FMA unit) were not measured, and keep AVX2.
+bool Avx512First() {
+#if defined(__x86_64__) || defined(_M_X64)
+  unsigned a, b, c, d;
+  if (CpuVendor() != Vendor::kIntel || !__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  return d & (1u << 23);  // AVX512-FP16
+#else
+  return false;
+#endif
+}
+
 const KernelTable *BestTable() {
+  if (Avx512First() && Avx512Usable()) return table_avx512();
   for (const IsaEntry &e : kIsas)
     if (e.usable()) return e.table();
   return table_scalar();
@@ -144,19 +183,6 @@ void Init() {
   g_table.compare_exchange_strong(expected, t);
   int one = 1;
   g_init_status.compare_exchange_strong(one, status);
-}
-
-// The CPU's vendor, for defaults measured on one vendor's CPUs only.
-enum class Vendor { kAmd, kIntel, kOther };
-
-Vendor CpuVendor() {
-#if defined(__x86_64__) || defined(_M_X64)
-  unsigned a, b, c, d;
-  if (!__get_cpuid(0, &a, &b, &c, &d)) return Vendor::kOther;
-  if (b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163) return Vendor::kAmd;  // AuthenticAMD
-  if (b == 0x756e6547 && d == 0x49656e69 && c == 0x6c65746e) return Vendor::kIntel;  // GenuineIntel
-#endif
-  return Vendor::kOther;
 }
 
 // The L1 data cache of the core, in bytes, from cpuid (AMD: leaf 0x80000005; Intel: leaf 4's

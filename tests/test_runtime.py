@@ -44,23 +44,34 @@ def test_runtime_info_keys():
         assert not cuda["available"]
 
 
-def test_best_isa_is_default():
-    info = fastln.runtime_info()
-    assert info["isa"] == info["best_isa"]
-    # Dispatch's order of preference; AVX-512 only when asked for (see src/dispatch.cpp).
-    preferred = [n for n in ("avx2", "neon", "scalar", "avx512") if n in info["isas"]]
-    assert info["best_isa"] == preferred[0]
-
-
-def _cpuinfo_flags():
+def _cpuinfo(key):
+    """The first /proc/cpuinfo line for `key`, after its colon; None without that file or line."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
+                if line.split(":", 1)[0].strip() == key:
+                    return line.split(":", 1)[1].strip()
     except OSError:
         pass
     return None
+
+
+def _cpuinfo_flags():
+    line = _cpuinfo("flags")
+    return None if line is None else set(line.split())
+
+
+def test_best_isa_is_default():
+    info = fastln.runtime_info()
+    assert info["isa"] == info["best_isa"]
+    # Dispatch's order of preference (see src/dispatch.cpp): AVX-512 first on Intel cores with
+    # AVX512-FP16, elsewhere only when asked for.
+    order = ["avx2", "neon", "scalar", "avx512"]
+    flags = _cpuinfo_flags() or set()
+    if _cpuinfo("vendor_id") == "GenuineIntel" and "avx512_fp16" in flags:
+        order.insert(0, "avx512")
+    preferred = [n for n in order if n in info["isas"]]
+    assert info["best_isa"] == preferred[0]
 
 
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="x86-64 ISAs")

@@ -209,8 +209,9 @@ int fastln_set_isa(const char *name);
 int fastln_init_status(void);
 /* 1 if this build and CPU can run the named ISA, else 0. */
 int fastln_isa_supported(const char *name);
-/* The ISA picked automatically for this CPU: avx2 on x86-64 when it runs (avx512 only on request,
- * see src/dispatch.cpp), neon on ARM, else scalar. */
+/* The ISA picked automatically for this CPU: on x86-64 avx512 on Intel cores with AVX512-FP16
+ * (Sapphire Rapids and later Xeons), else avx2 when it runs (avx512 on request; see
+ * src/dispatch.cpp); neon on ARM; else scalar. */
 const char *fastln_best_isa(void);
 
 /* Streaming stores: a call whose y (all of it, over all threads) is at least this many bytes
