@@ -186,12 +186,26 @@ bool MustBeCompiled(const char *name) {
   return strcmp(name, "scalar") == 0;
 }
 
+#if defined(__x86_64__)
+// Whether this CPU and OS run the AVX-512 kernels (F, DQ, BW, VL), by GCC's own detection.
+bool Avx512Runs() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+         __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+}
+#endif
+
 // The ISA dispatch should pick here, found independently of dispatch.cpp.
 const char *ExpectedBest() {
 #if defined(__aarch64__)
   return "neon";  // Advanced SIMD is mandatory in ARMv8-A
 #elif defined(__x86_64__)
-  // AVX-512 is opt-in (see dispatch.cpp): the automatic choice on x86-64 is AVX2 when it runs.
+  // AVX-512 comes first on Intel cores with AVX512-FP16 and is opt-in elsewhere (see
+  // dispatch.cpp's Avx512First); otherwise AVX2 when it runs.
+  if (Avx512Runs() && __builtin_cpu_is("intel") && __builtin_cpu_supports("avx512fp16")) {
+    return "avx512";
+  }
   __builtin_cpu_init();
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return avx2 ? "avx2" : "scalar";
@@ -853,12 +867,9 @@ void CheckDispatch() {
   CheckEnv("avx512", kUnsupported, nullptr);
 #elif defined(__x86_64__)
   CheckEnv("neon", kUnsupported, nullptr);
-  if (strcmp(best, "avx2") == 0) CheckEnv("avx2", kOk, "avx2");
+  if (strcmp(best, "scalar") != 0) CheckEnv("avx2", kOk, "avx2");
   else CheckEnv("avx2", kUnsupported, nullptr);
-  __builtin_cpu_init();
-  if (strcmp(best, "avx2") == 0 && __builtin_cpu_supports("avx512f") &&
-      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl")) {
+  if (Avx512Runs()) {
     CheckEnv("avx512", kOk, "avx512");
   } else {
     CheckEnv("avx512", kUnsupported, nullptr);
