@@ -1352,7 +1352,7 @@ FASTLN_INLINE int ShortForm(D2 mean, D2 var, double eps, D2 *rstd) {
   const D2 ve = var + eps;
   const M2 ok = (mean * mean <= kNear * kNear * var) & (ve >= TinyVar<T>()) & (var <= kMaxDouble);
   *rstd = 1.0 / Sqrt2(ve);
-  return int(ok[0] & 1) | int(ok[1] & 2);
+  return Bits2(ok);
 }
 
 // The RMS norm's row that the short pipeline sends aside (kRms), in ops/rms_norm-inl.h.
@@ -1474,7 +1474,7 @@ void ShortRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0
       PairMoments(e, q, inv_n, &mean3, &var3);
       lo3 = D2{0.0, 0.0};
       const M2 near = mean3 * mean3 <= kPivot * kPivot * var3;
-      if (!kRms && !(near[0] && near[1])) {
+      if (!kRms && Bits2(near) != 3) {
         const int64_t r = r0 + 2 * (p + 2);
         for (int k = 0; k < 2 && r + k < r1; ++k) {
           double m = mean3[k], v = var3[k], l = 0.0;
