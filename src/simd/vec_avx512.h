@@ -176,14 +176,15 @@ struct Simd<double> {
 };
 
 // Two rows' sums and squares reduced together (see simd/pair.h), four vectors folded by shuffles
-// that each serve two of them, where four ReduceSums take eight operations each, most of them on
-// the one port that shuffles. Each sum adds only its own row's lanes, so a row's bits do not
-// depend on its pair. Measured on an Emerald Rapids guest (2026-12-05, libfastln through dlopen,
-// both builds in one process, alternating, float32, out=, weight and bias, 1 thread, best of 15
-// rounds): 2048x64 25.37 -> 23.39 us; with Bits2 (simd/pair.h) as well, in one later run on a
-// slower spell of that machine, 2048x64 35.80 and 36.05 -> 30.77 and 31.00, 8192x64 166.1 ->
-// 150.0, 4096x32 61.7 -> 51.3, 2048x128 61.5 -> 60.4. The same folds for float64 left 2048x64
-// within 1% (51.4 and 51.1 -> 50.8 and 51.0), so float64 keeps the generic form.
+// that each serve two of them, where four ReduceSums take eight operations each, half of them
+// shuffles. Each sum adds only its own row's lanes, so a row's bits do not depend on its pair.
+// Measured on an Emerald Rapids guest (2026-12-05, libfastln through dlopen, both builds in one
+// process, alternating, float32, out=, weight and bias, 1 thread, best of 15 rounds): 2048x64 25.37
+// -> 23.39 us; with Bits2 (simd/pair.h) as well, in one later run on a slower spell of that
+// machine, 2048x64 35.80 and 36.05 -> 30.77 and 31.00, 8192x64 166.1 -> 150.0, 4096x32 61.7 ->
+// 51.3, 2048x128 61.5 -> 60.4. In that run the new build also folded float64 pairs this way, and
+// float64 2048x64 stayed within 1% (51.4 and 51.1 -> 50.8 and 51.0), so float64 keeps the generic
+// form.
 template <>
 inline void ReducePairs<Simd<float>>(__m512 sa, __m512 qa, __m512 sb, __m512 qb, D2 *s, D2 *q) {
   // 128-bit chunks {sa, sa, qa, qa} and {sb, sb, qb, qb}, each the sum of two of the vector's.
