@@ -356,6 +356,26 @@ int64_t BandRowBytes(bool native) {
   return v >= 0 ? v : DefaultBandBytes(native);
 }
 
+// Where x and y lie at different places within a line, the normalize pass keeps either its loads
+// of x or its stores of y within lines. On Intel CPUs it keeps the stores: measured on an Intel
+// Xeon guest (family 6 model 167 as it reports itself, 48 KiB L1d, 2 MiB L2; 2026-12-05, through
+// Python, float32 unless named, out=, 1 thread, one build with the choice read from the
+// environment, two processes each way alternating, best of 7 rounds, time / np.multiply's in the
+// same process; x and y bytes past a line), x's line -> y's: AVX-512, without weight and bias,
+// 128x768 at 32,48 1.29 and 1.40 -> 1.16 and 1.14, at 0,48 1.46 and 1.46 -> 1.11 and 0.84, 256x512
+// at 32,48 1.44 and 1.46 -> 1.25 and 1.25, 128x1024 at 16,48 1.23 and 1.26 -> 1.01 and 1.00,
+// float64 128x768 at 16,48 1.11 and 1.13 -> 1.01 and 1.03; with weight alone 128x1024 1.58 and
+// 1.60 -> 1.19 and 1.17, float64 128x768 1.46 and 1.50 -> 1.09 and 1.09; with weight and bias
+// (whose copies then follow y) 256x512 1.57 and 1.60 -> 1.46 and 1.51, the other shapes within
+// the noise; AVX2, without weight and bias, 128x768 1.16 and 1.18 -> 1.09 and 1.02, 256x512 1.24
+// and 1.28 -> 1.13 and 1.13, the rest within the noise. x and y at the same place: unchanged (the
+// two are one line). AMD CPUs keep x's: on an EPYC (Zen 3) guest, before the statistics read rows
+// realigned, starting at y's line was slower (docs/performance-notes.md); ARM was not measured.
+bool NormalizeFromY() {
+  static const bool from_y = CpuVendor() == Vendor::kIntel;
+  return from_y;
+}
+
 const KernelTable *ActiveTable() {
   const KernelTable *t = g_table.load(std::memory_order_acquire);
   if (t) return t;

@@ -348,7 +348,7 @@ inline int64_t ValuesToVector(const E *x, int64_t n) {
 // two passes interleaved as the kernel runs them (statistics of the next row with the normalize
 // pass of this one), float32, weight and bias, 1 thread, best of 21 rounds, x, y, weight and bias
 // 16 bytes past a line: 128x768 10.63 us with unaligned loads, 8.50 with the statistics put
-// together and the normalize pass peeled (PeelToX), 7.43 all aligned; 128x1024 14.66, 11.79,
+// together and the normalize pass peeled to x's line (PeelTo), 7.43 all aligned; 128x1024 14.66, 11.79,
 // 12.65 (aligned, a noisier moment). In the kernel the gain is smaller (libfastln through ctypes,
 // both builds in one process, best of 15 rounds, 2026-12-03; x,y,w,b offsets in bytes): float32
 // 128x768 at 16,16,16,16 12.77 -> 12.10 us, at 48,16,16,48 13.54 -> 11.93, 128x1024 18.17 ->

@@ -123,7 +123,8 @@ def test_negative_zero_rows_do_not_depend_on_the_isa(isa, dtype):
 def test_rows_do_not_depend_on_where_arrays_lie(isa, rng, placed, dtype, cols, affine):
     # With AVX-512, rows that do not start on a cache line are read by loads that each stay within
     # one line (permutes put the vectors together; weight and bias are copied to where they start
-    # as x does; the normalize pass starts its blocks at x's first line): the same arithmetic, so
+    # as x does, or as y does on Intel CPUs, where the normalize pass starts its blocks at y's first
+    # line rather than at x's): the same arithmetic, so
     # the same bits wherever x, weight, bias and y lie (rows of 300 float32 values start at four
     # places within a line), in place too, for rows near zero, far from it, constant and NaN, on
     # every ISA. 40 rows: weight and bias are copied only from 32 rows a thread.

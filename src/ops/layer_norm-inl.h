@@ -378,13 +378,14 @@ struct Normalizer {
     }
   }
 
-  // Blocks from x's first line boundary on, the values before it by Plain: with the weight and
-  // bias copies of CongruentCopies, every load of the blocks then stays within one line.
-  // Only where Block and Rest write the whole row (NormalizeAndNext), with plain stores, and on
-  // rows with a block after the peel. kPeel: Block then checks that its values fit in the row.
-  void PeelToX() {
+  // Blocks from the first line boundary of p (x or y) on, the values before it by Plain: from x's,
+  // with the weight and bias copies of CongruentCopies, every load of the blocks stays within one
+  // line; from y's, every store does (see NormalizeFromY). Only where Block and Rest write the
+  // whole row (NormalizeAndNext), with plain stores, and on rows with a block after the peel.
+  // kPeel: Block then checks that its values fit in the row.
+  void PeelTo(const E *p) {
     static_assert(kPeel, "Block checks for the peel's overrun only with kPeel");
-    const int64_t mis = int64_t(reinterpret_cast<uintptr_t>(x) % 64) / int64_t(sizeof(E));
+    const int64_t mis = int64_t(reinterpret_cast<uintptr_t>(p) % 64) / int64_t(sizeof(E));
     if (kStream || mis == 0 || n < kLine + kBlockOf<T>) return;
     head = kLine - mis;
     Plain(0, head);
@@ -612,14 +613,19 @@ struct FirstRead<St, true, false> {
 };
 
 // Statistics of row `next` (null: none), interleaved with the normalize pass of the current row.
+// from_y: the normalize pass starts its blocks at y's line (NormalizeFromY), else at x's where the
+// rows are read realigned.
 template <class St, bool kW, bool kB, bool kStream, bool kSplit, bool kRealign, class Src>
 inline Moments NormalizeAndNext(const Src *next, int64_t n, const typename St::E *x,
                                 typename St::E *y, const typename St::T *w,
                                 const typename St::T *b, typename St::T hi, typename St::T c,
-                                typename St::T rstd) {
+                                typename St::T rstd, bool from_y) {
   using T = typename St::T;
-  Normalizer<St, kW, kB, kSplit, kStream, kRealign> job(x, y, n, w, b, hi, c, rstd);
-  if constexpr (kRealign) job.PeelToX();
+  Normalizer<St, kW, kB, kSplit, kStream, !kStream> job(x, y, n, w, b, hi, c, rstd);
+  if constexpr (!kStream) {
+    if (from_y) job.PeelTo(y);
+    else if (kRealign) job.PeelTo(x);
+  }
   if (next) return RowMoments<false>(*next, n, T(0), job);
   job.All();
   return Moments{0.0, 0.0, 0.0};
@@ -728,6 +734,7 @@ void LayerNormRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_
   if (r0 >= r1) return;
   const int lag = LagOf<St>(n);
   const int64_t dist = First::Ahead(a, r0, r1);
+  const bool from_y = NormalizeFromY();
   Moments ahead[kMaxLag];  // statistics of rows r .. r + lag - 1
   for (int64_t k = 0; k < lag && r0 + k < r1; ++k) {
     ahead[k] = RowMoments<false>(First::Row(a, r0 + k, dist), n, T(0), NoJob{});
@@ -751,12 +758,12 @@ void LayerNormRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_
       const T rs = T(rstd);
       if (near) {
         mo2 = NormalizeAndNext<St, kW, kB, kStream, false, kRealign>(
-            next, n, x, y, a.weight, a.bias, T(0), T(-mean * rstd), rs);
+            next, n, x, y, a.weight, a.bias, T(0), T(-mean * rstd), rs, from_y);
       } else {
         const T hi = T(mean);
         const T lo = T(MeanLo<T>(mean, mlo));
         mo2 = NormalizeAndNext<St, kW, kB, kStream, true, kRealign>(
-            next, n, x, y, a.weight, a.bias, hi, T(-lo * rs), rs);
+            next, n, x, y, a.weight, a.bias, hi, T(-lo * rs), rs, from_y);
       }
     } else {
       ExactRow<St>(x, y, n, a.weight, a.bias, eps, &mean, &rstd);
@@ -1695,9 +1702,11 @@ void LayerNormRowsS(const AddNormArgs<typename St::E, typename St::T> &a, int64_
   if constexpr (St::kNative && !kRes) {
     using T = typename St::T;
     AddNormArgs<typename St::E, T> c = a;
-    // The normalize pass's blocks start on a line of y where y streams, else where x's rows do.
-    const T *lead = kStream ? a.y : a.x;
-    const int64_t ld = kStream ? a.ldy : a.ldx;
+    // The normalize pass's blocks start on a line of y where y streams or NormalizeFromY says so,
+    // else where x's rows do.
+    const bool from_y = kStream || NormalizeFromY();
+    const T *lead = from_y ? a.y : a.x;
+    const int64_t ld = from_y ? a.ldy : a.ldx;
     if ((a.weight || a.bias) && (ld * int64_t(sizeof(T))) % 64 == 0 && r1 - r0 >= kCongruentRows &&
         a.cols * int64_t(sizeof(T)) <= kCongruentBytes) {
       CongruentCopies(&c, reinterpret_cast<uintptr_t>(lead) % 64);
