@@ -369,7 +369,12 @@ int64_t BandRowBytes(bool native) {
 // (whose copies then follow y) 256x512 1.57 and 1.60 -> 1.46 and 1.51, the other shapes within
 // the noise; AVX2, without weight and bias, 128x768 1.16 and 1.18 -> 1.09 and 1.02, 256x512 1.24
 // and 1.28 -> 1.13 and 1.13, the rest within the noise. x and y at the same place: unchanged (the
-// two are one line). AMD CPUs keep x's: on an EPYC (Zen 3) guest, before the statistics read rows
+// two are one line). The RMS norm's scaling pass (AVX-512 only, rows of 1 KiB or more; see
+// RmsNormRowsT), x's boundary -> y's, two builds, their processes alternating: with
+// weight, 128x1024 at 16,48 1.63 and 1.54 -> 1.13 and 1.12, 128x768 at 32,48 1.43 and 1.45 ->
+// 1.28 and 1.25, 64x2048 at 32,48 1.56 and 1.55 -> 1.25 and 1.28, float64 128x768 at 16,48 1.42
+// and 1.39 -> 1.17 and 1.19; without, 256x512 at 32,48 1.61 and 1.54 -> 1.24 and 1.21; at 16,16
+// within 3%. AMD CPUs keep x's: on an EPYC (Zen 3) guest, before the statistics read rows
 // realigned, starting at y's line was slower (docs/performance-notes.md); ARM was not measured.
 bool NormalizeFromY() {
   static const bool from_y = CpuVendor() == Vendor::kIntel;

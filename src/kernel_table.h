@@ -25,8 +25,9 @@ int64_t L1dBytes();
 // fastln_set_band_bytes; INT64_MAX: never).
 int64_t BandRowBytes(bool native);
 
-// Whether the layer norm's normalize pass starts its vectors at y's line boundaries, so that its
-// stores stay within lines and x's loads cross them, rather than at x's (dispatch.cpp).
+// Whether the normalize passes of the layer norm and the RMS norm start their vectors at y's line
+// boundaries, so that their stores stay within lines and x's loads cross them, rather than at x's
+// (dispatch.cpp).
 bool NormalizeFromY();
 
 template <class T>
