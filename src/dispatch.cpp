@@ -223,8 +223,12 @@ int64_t DetectL1dBytes() {
 // float32 out=, 1 thread, rows of 1024 values, processes alternating) the crossover moved from
 // run to run: one run had plain stores faster from 2 to 8 MiB of y (4 MiB: 238 against 386 us)
 // and streaming faster from 16 MiB (1561 against 1954 us); a later run had streaming from 2 MiB
-// as fast or faster at 2 and 8 MiB. The defaults stay until a rule holds across runs;
-// fastln_set_stream_bytes and FASTLN_STREAM_MIB set them per machine.
+// as fast or faster at 2 and 8 MiB. On an Intel Xeon guest that reports a 504 MiB L3 (2026-12-05,
+// float32 out=, weight and bias, 1 thread, one process, best of 5 rounds, two runs) plain stores
+// won at every size tried, 2 to 32 MiB of y (2048x768 436 against 455 us, 2048x4096 2374 against
+// 2743), where on the Emerald Rapids guest before it streamed calls ran at 0.62-1.10x the floor.
+// The defaults stay until a rule holds across runs and machines; fastln_set_stream_bytes and
+// FASTLN_STREAM_MIB set them per machine.
 constexpr int64_t kMiB = int64_t(1) << 20;
 
 // native_split: float32 and float64 y of a layer norm without the residual add (see StreamY in
