@@ -380,8 +380,15 @@ int64_t BandRowBytes(bool native) {
 // and 1.39 -> 1.17 and 1.19; without, 256x512 at 32,48 1.61 and 1.54 -> 1.24 and 1.21; at 16,16
 // within 3%. AMD CPUs keep x's: on an EPYC (Zen 3) guest, before the statistics read rows
 // realigned, starting at y's line was slower (docs/performance-notes.md); ARM was not measured.
+// FASTLN_NORMALIZE_FROM=x or y overrides the vendor's choice, read once, so that one machine can
+// test both placements (tests/test_layer_norm.py); any other value leaves the choice to the vendor.
 bool NormalizeFromY() {
-  static const bool from_y = CpuVendor() == Vendor::kIntel;
+  static const bool from_y = [] {
+    const char *env = getenv("FASTLN_NORMALIZE_FROM");
+    if (env && strcmp(env, "x") == 0) return false;
+    if (env && strcmp(env, "y") == 0) return true;
+    return CpuVendor() == Vendor::kIntel;
+  }();
   return from_y;
 }
 

@@ -25,9 +25,9 @@ int64_t L1dBytes();
 // fastln_set_band_bytes; INT64_MAX: never).
 int64_t BandRowBytes(bool native);
 
-// Whether the normalize passes of the layer norm and the RMS norm start their vectors at y's line
-// boundaries, so that their stores stay within lines and x's loads cross them, rather than at x's
-// (dispatch.cpp).
+// Whether the layer norm's normalize pass (outside the column bands) and, with AVX-512, the RMS
+// norm's scaling pass start their vectors at y's line boundaries, so that their stores stay within
+// lines and x's loads cross them, rather than at x's (dispatch.cpp; FASTLN_NORMALIZE_FROM).
 bool NormalizeFromY();
 
 template <class T>

@@ -348,13 +348,13 @@ inline int64_t ValuesToVector(const E *x, int64_t n) {
 // two passes interleaved as the kernel runs them (statistics of the next row with the normalize
 // pass of this one), float32, weight and bias, 1 thread, best of 21 rounds, x, y, weight and bias
 // 16 bytes past a line: 128x768 10.63 us with unaligned loads, 8.50 with the statistics put
-// together and the normalize pass peeled to x's line (PeelTo), 7.43 all aligned; 128x1024 14.66, 11.79,
-// 12.65 (aligned, a noisier moment). In the kernel the gain is smaller (libfastln through ctypes,
-// both builds in one process, best of 15 rounds, 2026-12-03; x,y,w,b offsets in bytes): float32
-// 128x768 at 16,16,16,16 12.77 -> 12.10 us, at 48,16,16,48 13.54 -> 11.93, 128x1024 18.17 ->
-// 16.91, 256x1536 53.60 -> 48.71; float64 128x768 26.58 -> 23.45; aligned rows unchanged (9.77 and
-// 9.62 at 128x768); rms_norm then within 4% either way. The sums over such rows now take aligned
-// loads alone (RotatedSumsOf), which closed most of what was left.
+// together and the normalize pass peeled to x's line (PeelTo), 7.43 all aligned; 128x1024 14.66,
+// 11.79, 12.65 (aligned, a noisier moment). In the kernel the gain is smaller (libfastln through
+// ctypes, both builds in one process, best of 15 rounds, 2026-12-03; x,y,w,b offsets in bytes):
+// float32 128x768 at 16,16,16,16 12.77 -> 12.10 us, at 48,16,16,48 13.54 -> 11.93, 128x1024 18.17
+// -> 16.91, 256x1536 53.60 -> 48.71; float64 128x768 26.58 -> 23.45; aligned rows unchanged (9.77
+// and 9.62 at 128x768); rms_norm then within 4% either way. The sums over such rows now take
+// aligned loads alone (RotatedSumsOf), which closed most of what was left.
 template <class St, class A>
 inline bool RealignRows(const A &a) {
   using S = Simd<typename St::T>;

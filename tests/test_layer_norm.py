@@ -124,10 +124,10 @@ def test_rows_do_not_depend_on_where_arrays_lie(isa, rng, placed, dtype, cols, a
     # With AVX-512, rows that do not start on a cache line are read by loads that each stay within
     # one line (permutes put the vectors together; weight and bias are copied to where they start
     # as x does, or as y does on Intel CPUs, where the normalize pass starts its blocks at y's first
-    # line rather than at x's): the same arithmetic, so
-    # the same bits wherever x, weight, bias and y lie (rows of 300 float32 values start at four
-    # places within a line), in place too, for rows near zero, far from it, constant and NaN, on
-    # every ISA. 40 rows: weight and bias are copied only from 32 rows a thread.
+    # line rather than at x's): the same arithmetic, so the same bits wherever x, weight, bias and y
+    # lie (rows of 300 float32 values start at four places within a line), in place too, for rows
+    # near zero, far from it, constant and NaN, on every ISA. 40 rows: weight and bias are copied
+    # only from 32 rows a thread. Both starts on one machine: tests/test_runtime.py.
     item = np.dtype(dtype).itemsize
     line = 64 // item
     x = _data(rng, (40, cols), dtype, c=0.5, s=2.0)

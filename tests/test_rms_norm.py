@@ -217,7 +217,8 @@ def test_rows_do_not_depend_on_where_arrays_lie(isa, rng, placed, dtype, cols):
     """Rows of 1 KiB or more that do not start on a vector's boundary are read differently (AVX-512:
     loads put together by permutes; AVX2, rows 16 bytes past 32: sums of squares from aligned
     loads in rotated accumulators, over several flushes at 2304 values; both: the scaling pass
-    from x's first vector boundary): the same bits wherever x, weight and y lie, and in place."""
+    from x's first vector boundary, or with AVX-512 on Intel CPUs from y's): the same bits wherever
+    x, weight and y lie, and in place."""
     line = 64 // np.dtype(dtype).itemsize
     x = (rng.standard_normal((10, cols)) * 3 + 1).astype(dtype)
     x[2] += 1e4

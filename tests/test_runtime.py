@@ -231,3 +231,75 @@ def test_import_from_the_checkout_root():
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "(1, 3)"
+
+
+# Layer norm and RMS norm outputs for rows placed at chosen elements past a line, on every ISA, in
+# the dtypes named in argv[1], as raw bytes in an .npz at argv[2].
+_PLACED_NORMS = """
+import sys
+import numpy as np
+import fastln
+
+def placed(a, shift):
+    item = a.dtype.itemsize
+    buf = np.empty(a.size + 128 // item, a.dtype)
+    start = (-buf.ctypes.data % 64) // item + shift
+    out = buf[start : start + a.size].reshape(a.shape)
+    out[...] = a
+    assert out.ctypes.data % 64 == shift * item
+    return out
+
+out = {}
+rng = np.random.default_rng(7)
+for name in sys.argv[1].split(","):
+    dt = np.dtype(__import__("ml_dtypes").bfloat16) if name == "bfloat16" else np.dtype(name)
+    line = 64 // dt.itemsize
+    for cols in (300, 1031, 2100):
+        x = 0.5 + 2.0 * rng.standard_normal((40, cols))
+        x[1::6] += 1e3
+        x[4::6, cols // 2] = np.nan
+        x = x.astype(dt)
+        w = (1.0 + 0.1 * rng.standard_normal(cols)).astype(dt)
+        b = (0.1 * rng.standard_normal(cols)).astype(dt)
+        for isa in fastln.runtime_info()["isas"]:
+            fastln.set_isa(isa)
+            for sx, sy in ((0, 0), (1, 3), (3, 1), (line // 2, 0), (0, line // 2), (2, 2)):
+                xs = placed(x, sx % line)
+                for k, (wk, bk) in enumerate(((w, b), (None, None), (w, None))):
+                    y = placed(np.zeros_like(x), sy % line)
+                    fastln.layer_norm(xs, wk, bk, out=y)
+                    out[f"ln{k} {name} {cols} {isa} {sx} {sy}"] = y.view(np.uint8).copy()
+                y = placed(np.zeros_like(x), sy % line)
+                fastln.rms_norm(xs, w, out=y)
+                out[f"rms {name} {cols} {isa} {sx} {sy}"] = y.view(np.uint8).copy()
+np.savez(sys.argv[2], **out)
+"""
+
+
+def test_normalize_pass_start_does_not_change_bits(tmp_path):
+    # FASTLN_NORMALIZE_FROM=x or y (read once a process) sets where the normalize passes start
+    # their vectors when x and y lie at different places within a line: by default y's line on
+    # Intel CPUs, x's elsewhere, so each machine runs one of the two unless told. Both must give
+    # the same bits, on every ISA, in every dtype (16-bit rows convert a peeled row's first values
+    # one at a time), with and without weight and bias, and each placement those of x and y on a
+    # line. 40 rows: weight and bias are copied to where the blocks start from 32 rows a thread.
+    names = ["float32", "float64", "float16"]
+    try:
+        import ml_dtypes  # noqa: F401
+
+        names.append("bfloat16")
+    except ImportError:
+        pass
+    got = {}
+    for side in ("x", "y"):
+        path = tmp_path / f"{side}.npz"
+        code = "import sys; sys.argv[1:] = %r\n%s" % ([",".join(names), str(path)], _PLACED_NORMS)
+        r = _run(code, FASTLN_NORMALIZE_FROM=side)
+        assert r.returncode == 0, r.stderr
+        with np.load(path) as f:
+            got[side] = {k: f[k] for k in f.files}
+    assert got["x"].keys() == got["y"].keys() and got["x"]
+    for key, want in got["x"].items():
+        np.testing.assert_array_equal(got["y"][key], want, err_msg=key)
+        on_line = " ".join(key.split()[:4] + ["0", "0"])
+        np.testing.assert_array_equal(want, got["x"][on_line], err_msg=key)

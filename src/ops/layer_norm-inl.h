@@ -318,12 +318,12 @@ static_assert(kPrefetchNormalizeBytes > kPrefetchNearRowBytes &&
               "a row whose normalize pass prefetches prefetches its statistics (Block<false>)");
 
 // y[0, k) = t[0, k), k < N. As a loop of native values GCC made it a call to memcpy, and around
-// that call (two a row: the peel to x's line and the row's end) the row's vector registers were
-// spilled and reloaded; pieces of constant size are moves. Measured on an AMD EPYC (Zen 4) guest
-// (2026-12-04, libfastln through ctypes, both builds in one process, AVX2, float32, weight and
-// bias, x, y, weight and bias 16 bytes past a line, best of 21 rounds, three runs, new / old time):
-// 128x768 0.94-0.96, 128x1024 0.93-0.95, 2048x768 0.96-0.98; callgrind at 128x768 1457 -> 1421
-// instructions a row, memcpy's own included. The same bits.
+// that call (two a row: the peel to x's or y's line and the row's end) the row's vector registers
+// were spilled and reloaded; pieces of constant size are moves. Measured on an AMD EPYC (Zen 4)
+// guest (2026-12-04, libfastln through ctypes, both builds in one process, AVX2, float32, weight
+// and bias, x, y, weight and bias 16 bytes past a line, best of 21 rounds, three runs, new / old
+// time): 128x768 0.94-0.96, 128x1024 0.93-0.95, 2048x768 0.96-0.98; callgrind at 128x768 1457 ->
+// 1421 instructions a row, memcpy's own included. The same bits.
 template <int N, class T>
 FASTLN_INLINE void CopyFew(T *y, const T *t, int64_t k) {
   int64_t j = 0;
@@ -357,7 +357,7 @@ struct Normalizer {
   T hi, c, rstd;
   V vhi, vr, vc;
   bool prefetch;         // long rows: see kPrefetchNormalizeBytes
-  int64_t head;          // values before the first line boundary of y (kStream), else 0
+  int64_t head;          // values before the blocks: to y's first line (kStream) or PeelTo's, or 0
   mutable int64_t done;  // y[0, done) written
 
   Normalizer(const E *x_, E *y_, int64_t n_, const T *w_, const T *b_, T hi_, T c_, T rstd_)
@@ -621,6 +621,8 @@ inline Moments NormalizeAndNext(const Src *next, int64_t n, const typename St::E
                                 const typename St::T *b, typename St::T hi, typename St::T c,
                                 typename St::T rstd, bool from_y) {
   using T = typename St::T;
+  // Whether a row peels is known only at run time (from_y, x's place), so every plain-stored row's
+  // Block checks that its values fit in the row (kPeel).
   Normalizer<St, kW, kB, kSplit, kStream, !kStream> job(x, y, n, w, b, hi, c, rstd);
   if constexpr (!kStream) {
     if (from_y) job.PeelTo(y);
@@ -1588,20 +1590,20 @@ void ShortRowsA(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0
 }
 
 // Weight and bias are copied (per thread, per call) to where they start at the same place within a
-// line as every row of x, when those rows all do (with streamed y: as every row of y, where the
-// normalize pass's blocks start): each load of the normalize pass then stays within one line as
-// often as the loads of x do. From kCongruentRows rows a thread, so that the copy costs the call
-// little; rows of kCongruentBytes or less (longer ones go to the column bands on AMD CPUs).
-// Measured in a C loop of the normalize pass alone (AVX-512, Zen 5 guest, 128x768, best of 31
-// rounds, two runs), x, y, weight and bias at 16, 16, 16, 16 bytes past a line: 6.44 and 6.66 ->
-// 3.67 and 3.94 us; at 16, 48, 32, 48: 7.84 and 8.28 -> 4.61 and 6.23. With streamed y, and with x
-// on a line, there were no copies at first: on the same guest (2026-12-04, libfastln through
-// ctypes, float32, weight and bias, 1 thread, best of 6 or 7 rounds, order alternating; offsets of
-// x, y, weight and bias), AVX-512 8192x1024 at 16,16,32,48 1210.6 -> 977.2 us, 2048x1024 211.9 ->
-// 190.8 (through Python, where NumPy put the arrays, AVX-512 had been 1.7x AVX2's time at
-// 8192x1024 and is now even); AVX2 at 0,0,16,16 128x768 10.51 -> 9.79, 128x1024 13.83 -> 12.94,
-// 8192x768 685.6 -> 648.5, other placements within 2.5%. Copies of rows up to 16 KiB won
-// nothing more (2048x4096 and 1024x4096 streamed: 0.97-1.08 of the time without).
+// line as every row of x, when those rows all do (with streamed y, and on Intel CPUs where
+// NormalizeFromY says so: as every row of y), that is where the normalize pass's blocks start: each
+// load of weight and bias then stays within one line. From kCongruentRows rows a thread, so that
+// the copy costs the call little; rows of kCongruentBytes or less (longer ones go to the column
+// bands on AMD CPUs). Measured in a C loop of the normalize pass alone (AVX-512, Zen 5 guest,
+// 128x768, best of 31 rounds, two runs), x, y, weight and bias at 16, 16, 16, 16 bytes past a line:
+// 6.44 and 6.66 -> 3.67 and 3.94 us; at 16, 48, 32, 48: 7.84 and 8.28 -> 4.61 and 6.23. With
+// streamed y, and with x on a line, there were no copies at first: on the same guest (2026-12-04,
+// libfastln through ctypes, float32, weight and bias, 1 thread, best of 6 or 7 rounds, order
+// alternating; offsets of x, y, weight and bias), AVX-512 8192x1024 at 16,16,32,48 1210.6 -> 977.2
+// us, 2048x1024 211.9 -> 190.8 (through Python, where NumPy put the arrays, AVX-512 had been 1.7x
+// AVX2's time at 8192x1024 and is now even); AVX2 at 0,0,16,16 128x768 10.51 -> 9.79, 128x1024
+// 13.83 -> 12.94, 8192x768 685.6 -> 648.5, other placements within 2.5%. Copies of rows up to 16
+// KiB won nothing more (2048x4096 and 1024x4096 streamed: 0.97-1.08 of the time without).
 constexpr int64_t kCongruentRows = 32, kCongruentBytes = 8192;
 
 template <class T>

@@ -127,10 +127,10 @@ inline void ScaleRow(const typename St::E *x, typename St::E *y, int64_t n,
     if (kW) u = u * w[i];
     y[i] = St::FromT(u);
   };
-  // kPeel: the vectors start at x's first vector boundary (rows RealignRows takes, of
-  // kAlignRowBytes or more), so that no load of x crosses a line, or with AVX-512 on Intel CPUs at
-  // y's (NormalizeFromY; rows of kAlignRowBytes or more), so that no store does; the values before
-  // it one at a time (the same two roundings as a lane).
+  // With kPeel and `peel` given, the vectors start at x's first vector boundary (rows RealignRows
+  // takes, of kAlignRowBytes or more), so that no load of x crosses a line, or with AVX-512 on
+  // Intel CPUs at y's (NormalizeFromY; rows of kAlignRowBytes or more), so that no store does; the
+  // values before it one at a time (the same two roundings as a lane).
   int64_t i = 0;
   if constexpr (kStream) {
     static_assert(St::kNative && !kPeel, "streamed rows start their vectors at y's line");
