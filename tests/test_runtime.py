@@ -234,20 +234,15 @@ def test_import_from_the_checkout_root():
 
 
 # Layer norm and RMS norm outputs for rows placed at chosen elements past a line, on every ISA, in
-# the dtypes named in argv[1], as raw bytes in an .npz at argv[2].
+# the dtypes named in argv[1], as raw bytes in an .npz at argv[2]; argv[3]: this folder, for
+# conftest's placement helper.
 _PLACED_NORMS = """
 import sys
 import numpy as np
 import fastln
 
-def placed(a, shift):
-    item = a.dtype.itemsize
-    buf = np.empty(a.size + 128 // item, a.dtype)
-    start = (-buf.ctypes.data % 64) // item + shift
-    out = buf[start : start + a.size].reshape(a.shape)
-    out[...] = a
-    assert out.ctypes.data % 64 == shift * item
-    return out
+sys.path.insert(0, sys.argv[3])
+from conftest import _placed as placed
 
 out = {}
 rng = np.random.default_rng(7)
@@ -293,7 +288,8 @@ def test_normalize_pass_start_does_not_change_bits(tmp_path):
     got = {}
     for side in ("x", "y"):
         path = tmp_path / f"{side}.npz"
-        code = "import sys; sys.argv[1:] = %r\n%s" % ([",".join(names), str(path)], _PLACED_NORMS)
+        args = [",".join(names), str(path), os.path.dirname(os.path.abspath(__file__))]
+        code = "import sys; sys.argv[1:] = %r\n%s" % (args, _PLACED_NORMS)
         r = _run(code, FASTLN_NORMALIZE_FROM=side)
         assert r.returncode == 0, r.stderr
         with np.load(path) as f:
