@@ -1,4 +1,5 @@
-// The C API: argument checks, then rows split over OpenMP threads and handed to the active kernel.
+// The C API: argument checks, then rows split over threads (as many as OpenMP's settings give) and
+// handed to the active kernel.
 // Compiled with the baseline flags.
 #include <stdint.h>
 
@@ -11,6 +12,8 @@
 
 #ifdef _OPENMP
 #include <omp.h>
+
+#include "thread_pool.h"
 #if defined(__unix__) || defined(__APPLE__)
 #include <pthread.h>
 #define FASTLN_HAVE_ATFORK 1
@@ -21,9 +24,10 @@ namespace fastln {
 namespace {
 
 #ifdef FASTLN_HAVE_ATFORK
-// GNU libgomp cannot start a parallel region in a child forked after the parent ran one: the child
-// hangs (multiprocessing's default start method on Linux does exactly this). As PyTorch does, a
-// child forked after fastln went parallel runs single-threaded.
+// A forked child has none of its parent's threads: the pool's (thread_pool.h) would never answer,
+// as libgomp's never do (the child of a parent that ran a parallel region hangs in the next one).
+// multiprocessing's default start method on Linux forks, so as PyTorch does, a child forked after
+// fastln's first call runs single-threaded.
 std::atomic<bool> g_forked_child{false};
 void OnForkChild() { g_forked_child.store(true); }
 bool ForkedChild() {
@@ -37,11 +41,17 @@ bool ForkedChild() { return false; }
 
 std::atomic<int> g_num_threads{0};
 
+constexpr int kMaxThreads = 1024;
+
+// The thread count follows OpenMP's settings (OMP_NUM_THREADS, omp_set_num_threads, threadpoolctl)
+// unless fastln_set_num_threads set one. Inside a caller's OpenMP parallel region a call runs on
+// its own thread, as a nested region would with libgomp's defaults.
 int MaxThreads() {
   const int n = g_num_threads.load(std::memory_order_relaxed);
 #ifdef _OPENMP
-  if (ForkedChild()) return 1;
-  return n > 0 ? n : omp_get_max_threads();
+  if (ForkedChild() || omp_in_parallel()) return 1;
+  const int m = n > 0 ? n : omp_get_max_threads();
+  return m < kMaxThreads ? m : kMaxThreads;
 #else
   (void)n;
   return 1;
@@ -61,6 +71,33 @@ inline void Balance(int64_t rows, int nthr, int ithr, int64_t *begin, int64_t *e
   *end = *begin + base + (ithr < extra ? 1 : 0);
 }
 
+#ifdef _OPENMP
+// Never freed: a forked child holds the parent's pool without its threads, so only the reaper
+// below, in the process that started them, may join them.
+ThreadPool &Pool() {
+  static ThreadPool *const pool = new ThreadPool;
+  return *pool;
+}
+
+struct PoolReaper {
+  ~PoolReaper() {
+    if (!ForkedChild()) Pool().Stop();
+  }
+} g_pool_reaper;
+#endif
+
+// body(i, n) for i in [0, n) on n threads, or body(0, 1) alone on this one when the pool is taken.
+template <class Body>
+void OnThreads(int n, Body body) {
+#ifdef _OPENMP
+  const ThreadPool::Task task = [](void *ctx, int i, int m) { (*static_cast<Body *>(ctx))(i, m); };
+  if (Pool().Run(n, task, &body)) return;
+#else
+  (void)n;
+#endif
+  body(0, 1);
+}
+
 template <class Args, class Fn>
 void ParallelRows(const Args &args, Fn fn, int64_t rows, int64_t cols) {
   int64_t nt = MaxThreads();
@@ -71,16 +108,11 @@ void ParallelRows(const Args &args, Fn fn, int64_t rows, int64_t cols) {
     fn(args, 0, rows);
     return;
   }
-#ifdef _OPENMP
-#pragma omp parallel num_threads(static_cast<int>(nt))
-  {
+  OnThreads(int(nt), [&](int i, int n) {
     int64_t b, e;
-    Balance(rows, omp_get_num_threads(), omp_get_thread_num(), &b, &e);
+    Balance(rows, n, i, &b, &e);
     if (b < e) fn(args, b, e);
-  }
-#else
-  fn(args, 0, rows);
-#endif
+  });
 }
 
 template <class T>
@@ -116,16 +148,11 @@ void ParallelRanges(int64_t items, int64_t nt, Fn fn) {
     fn(int64_t(0), items);
     return;
   }
-#ifdef _OPENMP
-#pragma omp parallel num_threads(static_cast<int>(nt))
-  {
+  OnThreads(int(nt), [&](int i, int n) {
     int64_t b, e;
-    Balance(items, omp_get_num_threads(), omp_get_thread_num(), &b, &e);
+    Balance(items, n, i, &b, &e);
     if (b < e) fn(b, e);
-  }
-#else
-  fn(int64_t(0), items);
-#endif
+  });
 }
 
 inline int64_t ThreadsFor(int64_t elems) {

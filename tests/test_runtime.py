@@ -173,6 +173,51 @@ def test_threadpoolctl_sees_and_limits_the_pool():
     assert res["after"] == 2
 
 
+POOL = """
+import sys, time, numpy as np, fastln
+n, pause = int(sys.argv[1]), float(sys.argv[2])
+rng = np.random.default_rng(3)
+x = (5 + rng.standard_normal((515, 1024))).astype(np.float32)
+w, b = rng.standard_normal(1024).astype(np.float32), rng.standard_normal(1024).astype(np.float32)
+dy = rng.standard_normal(x.shape).astype(np.float32)
+def run():
+    y = np.full_like(x, np.nan)
+    fastln.layer_norm(x, w, b, out=y)
+    _, m, r = fastln.layer_norm(x, return_stats=True)
+    return [y, fastln.rms_norm(x, w), *fastln.layer_norm_backward(dy, x, m, r, w)]
+fastln.set_num_threads(1)
+want = run()
+fastln.set_num_threads(n)
+assert fastln.get_num_threads() == n
+for _ in range(20):
+    for a, e in zip(run(), want):
+        assert np.array_equal(a, e)
+    time.sleep(pause)
+print("ok")
+"""
+
+
+@pytest.mark.parametrize(
+    "threads, pause, policy",
+    [(2, 0.0, ""), (2, 0.003, ""), (2, 0.0, "passive"), (7, 0.0, ""), (3, 0.003, "passive")],
+)
+def test_pool_threads_answer_every_call(threads, pause, policy):
+    # The rows go to pool threads that spin between calls, sleep after a while of none, and sleep
+    # at once with OMP_WAIT_POLICY=passive or more threads than CPUs. Every call, whichever state
+    # they are in, must get every row written (y starts as NaN) and the 1-thread bits; a lost wake
+    # would hang, hence the timeout.
+    if not fastln.runtime_info()["openmp"]:
+        pytest.skip("built without OpenMP")
+    e = dict(os.environ)
+    e.pop("FASTLN_ISA", None)
+    e.pop("OMP_WAIT_POLICY", None)
+    if policy:
+        e["OMP_WAIT_POLICY"] = policy
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(POOL), str(threads), str(pause)],
+                       capture_output=True, text=True, env=e, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
 def test_gil_released_and_thread_safe(rng):
     # Several Python threads calling at once must each get the right answer.
     xs = [(i + rng.standard_normal((64, 512))).astype(np.float32) for i in range(4)]
@@ -193,8 +238,9 @@ def test_gil_released_and_thread_safe(rng):
 
 
 def test_forked_child_does_not_hang():
-    # libgomp hangs in a child forked after the parent ran a parallel region; fastln's child runs
-    # single-threaded instead (multiprocessing's fork start method depends on this).
+    # A forked child has none of the parent's pool threads (libgomp's child hangs in its next
+    # parallel region); fastln's child runs single-threaded instead (multiprocessing's fork start
+    # method depends on this).
     if not hasattr(os, "fork"):
         pytest.skip("no fork")
     code = """

@@ -17,8 +17,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <thread>
 #include <type_traits>
 #include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "fastln/fastln.h"
 #include "kernel_table.h"
@@ -960,6 +966,39 @@ void CheckCApi() {
                  memcmp(m1.data(), mn.data(), rows * 4) == 0 && memcmp(r1.data(), rn.data(), rows * 4) == 0,
              "%s: bitwise equal outputs at 1 and %d threads", isa.name, nt);
     }
+#ifdef _OPENMP
+    // The pool (src/thread_pool.h) from several callers at once: from two threads of the caller's
+    // own OpenMP region each call runs alone (as a nested region would), and from two std::threads
+    // one call takes the pool while the other runs alone. Every row written, the same bits.
+    fastln_set_num_threads(2);
+    std::vector<float> ya(rows * cols), yb(rows * cols);
+    int team = 0;
+#pragma omp parallel num_threads(2)
+    {
+      if (omp_get_thread_num() == 0) team = omp_get_num_threads();
+      std::vector<float> &yo = omp_get_thread_num() == 0 ? ya : yb;
+      fastln_layer_norm_f32(xm.data(), yo.data(), nullptr, nullptr, nullptr, nullptr, rows, cols,
+                            1e-5f);
+    }
+    Expect(memcmp(y1.data(), ya.data(), y1.size() * 4) == 0 &&
+               (team < 2 || memcmp(y1.data(), yb.data(), y1.size() * 4) == 0),
+           "%s: calls inside an OpenMP region bitwise equal to 1 thread", isa.name);
+    bool same[2] = {true, true};
+    std::vector<float> *outs[2] = {&ya, &yb};
+    std::thread callers[2];
+    for (int k = 0; k < 2; ++k) {
+      callers[k] = std::thread([&, k] {
+        for (int rep = 0; rep < 50; ++rep) {
+          std::fill(outs[k]->begin(), outs[k]->end(), NAN);
+          fastln_layer_norm_f32(xm.data(), outs[k]->data(), nullptr, nullptr, nullptr, nullptr,
+                                rows, cols, 1e-5f);
+          same[k] = same[k] && memcmp(y1.data(), outs[k]->data(), y1.size() * 4) == 0;
+        }
+      });
+    }
+    for (std::thread &c : callers) c.join();
+    Expect(same[0] && same[1], "%s: two callers at once bitwise equal to 1 thread", isa.name);
+#endif
     fastln_set_num_threads(0);
     // Everything streamed (from 0 bytes) against plain stores (y1: 1.6 MB, under the default).
     fastln_set_stream_bytes(0, 0);

@@ -1,0 +1,195 @@
+// The fork-join behind the C API's row split: the calling thread and up to n - 1 pool threads run
+// one task, then the caller waits for them. Included by api.cpp alone.
+//
+// Why not `#pragma omp parallel`: GNU libgomp enters and leaves each region through barriers whose
+// last thread calls futex_wake whether or not anyone sleeps, two system calls a region. On the
+// 2-core Xeon guest (family 6 model 167, 2026-12-05) an empty region took 0.68-0.74 us and a
+// spinning handshake of two atomics 0.31 us, and a C loop over the 1-thread kernel run on two
+// halves of the rows (float32, weight and bias, best of 15 rounds, us) took 8.52 in an OpenMP
+// region against 7.91 here (128x768), 10.43 against 9.27 (128x1024), 4.29 against 3.81 (64x768),
+// 21.28 against 20.55 (2048x64). OpenMP still sets the thread count (api.cpp).
+#ifndef FASTLN_THREAD_POOL_H_
+#define FASTLN_THREAD_POOL_H_
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+#if defined(__linux__)
+#include <sched.h>
+#endif
+#if defined(__x86_64__) || defined(__i386__) || defined(_M_X64)
+#include <immintrin.h>
+#endif
+
+namespace fastln {
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__) || defined(_M_X64)
+  _mm_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+class ThreadPool {
+ public:
+  // task(ctx, i, n) for i in [0, n): i = 0 on the calling thread. Returns false, having run
+  // nothing, when another thread is using the pool or its threads could not be started; the caller
+  // then runs the work alone (each row is computed the same way on any thread, so only the time
+  // differs).
+  using Task = void (*)(void *ctx, int i, int n);
+  bool Run(int n, Task task, void *ctx) {
+    if (n <= 1 || busy_.exchange(true, std::memory_order_acquire)) return false;
+    if (!Grow(n - 1)) {
+      busy_.store(false, std::memory_order_release);
+      return false;
+    }
+    task_ = task;
+    ctx_ = ctx;
+    // More threads than CPUs: a spinning thread would take the CPU of one with work left.
+    const bool spin = n <= Cpus();
+    spin_ns_.store(spin ? SpinNanos() : 0, std::memory_order_relaxed);
+    pending_.store(n - 1, std::memory_order_relaxed);
+    // The count of threads travels in the same word as the generation, so that a pool thread not
+    // taking part never reads what the next call writes.
+    const uint64_t word = ((ticket_.load(std::memory_order_relaxed) >> kCountBits) + 1)
+                              << kCountBits |
+                          uint64_t(n);
+    ticket_.store(word, std::memory_order_seq_cst);
+    if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+      // Taking the mutex orders this wake after a sleeper's last look at ticket_.
+      { std::lock_guard<std::mutex> lock(mutex_); }
+      wake_.notify_all();
+    }
+    task(ctx, 0, n);
+    for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
+      if (spin && spins < kCallerSpins) {
+        CpuRelax();
+      } else {
+        std::this_thread::yield();  // a pool thread was descheduled, or is waking from sleep
+      }
+    }
+    busy_.store(false, std::memory_order_release);
+    return true;
+  }
+
+  // At unload (a C program's dlclose) the threads must not outlive the code they run.
+  void Stop() {
+    if (threads_.empty()) return;
+    stop_.store(true, std::memory_order_seq_cst);
+    ticket_.fetch_add(uint64_t(1) << kCountBits, std::memory_order_seq_cst);
+    { std::lock_guard<std::mutex> lock(mutex_); }
+    wake_.notify_all();
+    for (std::thread &t : threads_) t.join();
+    threads_.clear();
+  }
+
+ private:
+  static constexpr int kCountBits = 16;
+  static constexpr int kCallerSpins = 1 << 12;
+  // How long an idle pool thread spins before it sleeps. Spinning takes a CPU from whatever runs
+  // between calls, and sleeping costs the next call its wake: on the Xeon guest (2026-12-05,
+  // float32, weight and bias, 2 threads) a loop of a 128x768 float32 matmul through NumPy's
+  // OpenBLAS and fastln's layer norm took, over the matmul alone, 44.5 us (threads sleeping at
+  // once), 89 (50 us of spinning), 256 (200 us), 1077 (1 ms) and 6993 with libgomp's region
+  // (39 us on one thread); back-to-back calls ran as fast with 30, 50 or 200 us of spinning
+  // (128x768 6.3-6.4 us, 8x16384 9.1-9.4), and with none slower than on one thread (13.2 and
+  // 19.2 us against 11.1 and 17.1).
+  // OMP_WAIT_POLICY=passive sleeps at once, as libgomp does.
+  static constexpr int64_t kSpinNanos = 50 * 1000;
+
+  bool Grow(int workers) {
+    while (int(threads_.size()) < workers) {
+      try {
+        threads_.emplace_back(&ThreadPool::Loop, this, int(threads_.size()) + 1,
+                              ticket_.load(std::memory_order_relaxed));
+      } catch (const std::system_error &) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // The CPUs this process may run on, as libgomp counts them for the same purpose.
+  static int Cpus() {
+    static const int n = [] {
+#if defined(__linux__)
+      cpu_set_t set;
+      if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) {
+        return CPU_COUNT(&set);
+      }
+#endif
+      const unsigned h = std::thread::hardware_concurrency();
+      return h > 0 ? int(h) : 1;
+    }();
+    return n;
+  }
+
+  static int64_t SpinNanos() {
+    static const int64_t ns = [] {
+      const char *p = getenv("OMP_WAIT_POLICY");
+      return p && (strcmp(p, "passive") == 0 || strcmp(p, "PASSIVE") == 0) ? int64_t(0)
+                                                                              : kSpinNanos;
+    }();
+    return ns;
+  }
+
+  uint64_t Await(uint64_t seen) {
+    const auto start = std::chrono::steady_clock::now();
+    const int64_t budget = spin_ns_.load(std::memory_order_relaxed);
+    for (int spins = 1;; ++spins) {
+      const uint64_t t = ticket_.load(std::memory_order_acquire);
+      if (t != seen) return t;
+      if (budget > 0 && (spins & 15) != 0) {
+        CpuRelax();
+        continue;
+      }
+      if (budget > 0 && std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::steady_clock::now() - start)
+                                .count() < budget) {
+        continue;
+      }
+      std::unique_lock<std::mutex> lock(mutex_);
+      sleepers_.fetch_add(1, std::memory_order_seq_cst);
+      wake_.wait(lock, [&] { return ticket_.load(std::memory_order_seq_cst) != seen; });
+      sleepers_.fetch_sub(1, std::memory_order_relaxed);
+    }
+  }
+
+  void Loop(int index, uint64_t seen) {
+    for (;;) {
+      seen = Await(seen);
+      if (stop_.load(std::memory_order_acquire)) return;
+      const int n = int(seen & ((uint64_t(1) << kCountBits) - 1));
+      if (index < n) {
+        task_(ctx_, index, n);
+        pending_.fetch_sub(1, std::memory_order_acq_rel);
+      }
+    }
+  }
+
+  std::atomic<bool> busy_{false};
+  std::atomic<bool> stop_{false};
+  alignas(64) std::atomic<uint64_t> ticket_{0};
+  alignas(64) std::atomic<int> pending_{0};
+  alignas(64) std::atomic<int> sleepers_{0};
+  std::atomic<int64_t> spin_ns_{0};
+  Task task_ = nullptr;
+  void *ctx_ = nullptr;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::vector<std::thread> threads_;  // touched only by the thread holding busy_
+};
+
+}  // namespace fastln
+
+#endif  // FASTLN_THREAD_POOL_H_
