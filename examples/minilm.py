@@ -366,7 +366,8 @@ def _limit_threads(n: int):
 
     fastln itself stays on one thread. The norms are a few percent of the time, and a second
     OpenMP team next to OpenBLAS's spinning threads made them 6x slower on a 2-core machine
-    (measured: 13 norms per batch, 70 ms single-threaded against 400 ms with 2 threads each).
+    (measured when fastln's threads were libgomp's: 13 norms per batch, 70 ms single-threaded
+    against 400 ms with 2 threads each). Its own pool spins for less, but still takes a core.
     """
     from threadpoolctl import threadpool_limits
 

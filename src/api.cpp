@@ -41,14 +41,13 @@ bool ForkedChild() { return false; }
 
 std::atomic<int> g_num_threads{0};
 
-constexpr int kMaxThreads = 1024;
-
 // The thread count follows OpenMP's settings (OMP_NUM_THREADS, omp_set_num_threads, threadpoolctl)
 // unless fastln_set_num_threads set one. Inside a caller's OpenMP parallel region a call runs on
 // its own thread, as a nested region would with libgomp's defaults.
 int MaxThreads() {
   const int n = g_num_threads.load(std::memory_order_relaxed);
 #ifdef _OPENMP
+  constexpr int kMaxThreads = 1024;  // the pool's word holds the count in 16 bits
   if (ForkedChild() || omp_in_parallel()) return 1;
   const int m = n > 0 ? n : omp_get_max_threads();
   return m < kMaxThreads ? m : kMaxThreads;

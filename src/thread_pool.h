@@ -13,13 +13,11 @@
 
 #include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
-#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -46,16 +44,20 @@ class ThreadPool {
   // nothing, when another thread is using the pool or its threads could not be started; the caller
   // then runs the work alone (each row is computed the same way on any thread, so only the time
   // differs).
+  // task(ctx, i, n) may run with a smaller n than asked for, where fewer threads could be started.
   using Task = void (*)(void *ctx, int i, int n);
   bool Run(int n, Task task, void *ctx) {
     if (n <= 1 || busy_.exchange(true, std::memory_order_acquire)) return false;
-    if (!Grow(n - 1)) {
+    Grow(n - 1);
+    if (n > int(threads_.size()) + 1) n = int(threads_.size()) + 1;
+    if (n <= 1) {
       busy_.store(false, std::memory_order_release);
       return false;
     }
     task_ = task;
     ctx_ = ctx;
-    // More threads than CPUs: a spinning thread would take the CPU of one with work left.
+    // More threads than CPUs: a spinning thread would take the CPU of one with work left. (Threads
+    // a larger call started and this one leaves out sleep at once: Await.)
     const bool spin = n <= Cpus();
     spin_ns_.store(spin ? SpinNanos() : 0, std::memory_order_relaxed);
     pending_.store(n - 1, std::memory_order_relaxed);
@@ -82,8 +84,11 @@ class ThreadPool {
     return true;
   }
 
-  // At unload (a C program's dlclose) the threads must not outlive the code they run.
+  // At unload (a C program's dlclose) or exit the threads must not outlive the code they run. Waits
+  // for a call in progress (a Python daemon thread may still be in one) and keeps busy_ for good,
+  // so that any later call runs alone.
   void Stop() {
+    while (busy_.exchange(true, std::memory_order_acquire)) std::this_thread::yield();
     if (threads_.empty()) return;
     stop_.store(true, std::memory_order_seq_cst);
     ticket_.fetch_add(uint64_t(1) << kCountBits, std::memory_order_seq_cst);
@@ -107,16 +112,18 @@ class ThreadPool {
   // OMP_WAIT_POLICY=passive sleeps at once, as libgomp does.
   static constexpr int64_t kSpinNanos = 50 * 1000;
 
-  bool Grow(int workers) {
-    while (int(threads_.size()) < workers) {
+  // Starts threads up to `workers`. Where one cannot be started (a limit on processes, memory),
+  // calls go on with those there are and never try again: each try would cost every call.
+  void Grow(int workers) {
+    while (!grow_failed_ && int(threads_.size()) < workers) {
       try {
+        threads_.reserve(threads_.size() + 1);
         threads_.emplace_back(&ThreadPool::Loop, this, int(threads_.size()) + 1,
                               ticket_.load(std::memory_order_relaxed));
-      } catch (const std::system_error &) {
-        return false;
+      } catch (...) {
+        grow_failed_ = true;
       }
     }
-    return true;
   }
 
   // The CPUs this process may run on, as libgomp counts them for the same purpose.
@@ -134,18 +141,26 @@ class ThreadPool {
     return n;
   }
 
+  // OMP_WAIT_POLICY read as libgomp reads it: case and surrounding spaces ignored.
   static int64_t SpinNanos() {
     static const int64_t ns = [] {
       const char *p = getenv("OMP_WAIT_POLICY");
-      return p && (strcmp(p, "passive") == 0 || strcmp(p, "PASSIVE") == 0) ? int64_t(0)
-                                                                              : kSpinNanos;
+      if (!p) return kSpinNanos;
+      while (*p == ' ' || *p == '\t') ++p;
+      const char *word = "passive";
+      for (; *word; ++word, ++p) {
+        if (*p != *word && *p != *word - 'a' + 'A') return kSpinNanos;
+      }
+      while (*p == ' ' || *p == '\t') ++p;
+      return *p ? kSpinNanos : int64_t(0);
     }();
     return ns;
   }
 
-  uint64_t Await(uint64_t seen) {
+  // A thread that took no part in the last call sleeps at once: it was started by a larger call.
+  uint64_t Await(uint64_t seen, bool took_part) {
     const auto start = std::chrono::steady_clock::now();
-    const int64_t budget = spin_ns_.load(std::memory_order_relaxed);
+    const int64_t budget = took_part ? spin_ns_.load(std::memory_order_relaxed) : 0;
     for (int spins = 1;; ++spins) {
       const uint64_t t = ticket_.load(std::memory_order_acquire);
       if (t != seen) return t;
@@ -166,11 +181,12 @@ class ThreadPool {
   }
 
   void Loop(int index, uint64_t seen) {
-    for (;;) {
-      seen = Await(seen);
+    for (bool took_part = true;;) {
+      seen = Await(seen, took_part);
       if (stop_.load(std::memory_order_acquire)) return;
       const int n = int(seen & ((uint64_t(1) << kCountBits) - 1));
-      if (index < n) {
+      took_part = index < n;
+      if (took_part) {
         task_(ctx_, index, n);
         pending_.fetch_sub(1, std::memory_order_acq_rel);
       }
@@ -187,7 +203,8 @@ class ThreadPool {
   void *ctx_ = nullptr;
   std::mutex mutex_;
   std::condition_variable wake_;
-  std::vector<std::thread> threads_;  // touched only by the thread holding busy_
+  std::vector<std::thread> threads_;  // these two touched only by the thread holding busy_
+  bool grow_failed_ = false;
 };
 
 }  // namespace fastln

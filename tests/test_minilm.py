@@ -38,7 +38,8 @@ SENTENCES = [
 @pytest.fixture(scope="module", autouse=True)
 def one_blas_thread():
     """Single-threaded BLAS: on a small shared machine, OpenBLAS threads spinning next to fastln's
-    OpenMP threads make these few small products 5x slower."""
+    threads made these few small products 5x slower (measured when fastln's threads were
+    libgomp's; its own pool spins for less, but still takes a core from BLAS)."""
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:

@@ -174,38 +174,48 @@ def test_threadpoolctl_sees_and_limits_the_pool():
 
 
 POOL = """
-import sys, time, numpy as np, fastln
-n, pause = int(sys.argv[1]), float(sys.argv[2])
+import os, sys, time, numpy as np, fastln
+counts, pause = [int(n) for n in sys.argv[1].split(",")], float(sys.argv[2])
 rng = np.random.default_rng(3)
 x = (5 + rng.standard_normal((515, 1024))).astype(np.float32)
 w, b = rng.standard_normal(1024).astype(np.float32), rng.standard_normal(1024).astype(np.float32)
 dy = rng.standard_normal(x.shape).astype(np.float32)
 def run():
-    y = np.full_like(x, np.nan)
+    y, r = np.full_like(x, np.nan), np.full_like(x, np.nan)  # rows no thread wrote stay NaN
     fastln.layer_norm(x, w, b, out=y)
-    _, m, r = fastln.layer_norm(x, return_stats=True)
-    return [y, fastln.rms_norm(x, w), *fastln.layer_norm_backward(dy, x, m, r, w)]
+    fastln.rms_norm(x, w, out=r)
+    _, m, s = fastln.layer_norm(x, return_stats=True)
+    return [y, r, *fastln.layer_norm_backward(dy, x, m, s, w)]
+def tasks():
+    return len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else None
 fastln.set_num_threads(1)
 want = run()
-fastln.set_num_threads(n)
-assert fastln.get_num_threads() == n
-for _ in range(20):
-    for a, e in zip(run(), want):
-        assert np.array_equal(a, e)
-    time.sleep(pause)
+before, most = tasks(), 1
+for n in counts:
+    most = max(most, n)
+    fastln.set_num_threads(n)
+    assert fastln.get_num_threads() == n
+    for _ in range(20):
+        for a, e in zip(run(), want):
+            assert np.array_equal(a, e)
+        time.sleep(pause)
+    if before is not None:  # the pool ran: its threads exist
+        assert tasks() >= before + most - 1, (before, tasks())
 print("ok")
 """
 
 
 @pytest.mark.parametrize(
     "threads, pause, policy",
-    [(2, 0.0, ""), (2, 0.003, ""), (2, 0.0, "passive"), (7, 0.0, ""), (3, 0.003, "passive")],
+    [("2", 0.0, ""), ("2", 0.003, ""), ("2", 0.0, "passive"), ("7,2", 0.0, ""),
+     ("3", 0.003, " Passive ")],
 )
 def test_pool_threads_answer_every_call(threads, pause, policy):
     # The rows go to pool threads that spin between calls, sleep after a while of none, and sleep
-    # at once with OMP_WAIT_POLICY=passive or more threads than CPUs. Every call, whichever state
-    # they are in, must get every row written (y starts as NaN) and the 1-thread bits; a lost wake
-    # would hang, hence the timeout.
+    # at once with OMP_WAIT_POLICY=passive or more threads than CPUs ("7,2": threads a larger call
+    # started stay). Every call, whichever state they are in, must get every row written and the
+    # 1-thread bits; a lost wake would hang, hence the timeout. (tests/native/test_kernels.cpp
+    # calls with pauses around the spinning time.)
     if not fastln.runtime_info()["openmp"]:
         pytest.skip("built without OpenMP")
     e = dict(os.environ)
@@ -213,7 +223,7 @@ def test_pool_threads_answer_every_call(threads, pause, policy):
     e.pop("OMP_WAIT_POLICY", None)
     if policy:
         e["OMP_WAIT_POLICY"] = policy
-    r = subprocess.run([sys.executable, "-c", textwrap.dedent(POOL), str(threads), str(pause)],
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(POOL), threads, str(pause)],
                        capture_output=True, text=True, env=e, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
 
@@ -244,14 +254,14 @@ def test_forked_child_does_not_hang():
     if not hasattr(os, "fork"):
         pytest.skip("no fork")
     code = """
-    import os, numpy as np, fastln
+    import os, sys, numpy as np, fastln
     fastln.set_num_threads(2)
     x = np.random.default_rng(0).standard_normal((4096, 1024)).astype(np.float32)
     y = fastln.layer_norm(x)
     pid = os.fork()
     if pid == 0:
         ok = np.array_equal(fastln.layer_norm(x), y) and fastln.get_num_threads() == 1
-        os._exit(0 if ok else 3)
+        sys.exit(0 if ok else 3)  # a normal exit: the pool's reaper must not wait in the child
     _, status = os.waitpid(pid, 0)
     print(os.waitstatus_to_exitcode(status))
     """

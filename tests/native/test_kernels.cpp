@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -960,6 +961,7 @@ void CheckCApi() {
                           1e-5f);
     for (int nt : {2, 7}) {
       fastln_set_num_threads(nt);
+      std::fill(yn.begin(), yn.end(), NAN);  // a block of rows no thread wrote stays NaN
       const int s2 = fastln_layer_norm_f32(xm.data(), yn.data(), nullptr, nullptr, mn.data(),
                                            rn.data(), rows, cols, 1e-5f);
       Expect(s2 == FASTLN_OK && memcmp(y1.data(), yn.data(), y1.size() * 4) == 0 &&
@@ -998,6 +1000,31 @@ void CheckCApi() {
     }
     for (std::thread &c : callers) c.join();
     Expect(same[0] && same[1], "%s: two callers at once bitwise equal to 1 thread", isa.name);
+    // Pauses around the 50 us the pool's threads spin before they sleep, where a wake could be
+    // lost between a thread's last look and its sleep: every call must still come back complete.
+    {
+      const int64_t r2 = 64, c2 = 512;
+      std::vector<float> ys(r2 * c2);
+      fastln_set_num_threads(2);
+      bool ok = true;
+      uint32_t seed = 12345;
+      for (int rep = 0; rep < 3000 && ok; ++rep) {
+        std::fill(ys.begin(), ys.end(), NAN);
+        fastln_layer_norm_f32(xm.data(), ys.data(), nullptr, nullptr, nullptr, nullptr, r2, c2,
+                              1e-5f);
+        fastln_set_num_threads(1);
+        fastln_layer_norm_f32(xm.data(), ya.data(), nullptr, nullptr, nullptr, nullptr, r2, c2,
+                              1e-5f);
+        fastln_set_num_threads(2);
+        ok = memcmp(ys.data(), ya.data(), ys.size() * 4) == 0;
+        seed = seed * 1664525u + 1013904223u;
+        const auto until = std::chrono::steady_clock::now() +
+                           std::chrono::microseconds(20 + (seed >> 8) % 80);
+        while (std::chrono::steady_clock::now() < until) {
+        }
+      }
+      Expect(ok, "%s: 2 threads after pauses of 20-100 us bitwise equal to 1 thread", isa.name);
+    }
 #endif
     fastln_set_num_threads(0);
     // Everything streamed (from 0 bytes) against plain stores (y1: 1.6 MB, under the default).
