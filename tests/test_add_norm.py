@@ -322,6 +322,12 @@ def test_fast_path_takes_parameters_of_the_inputs_dtype(isa, rng, dtype):
         want = _core.add_norm_fast(x, r, w32, b_32, 1e-5, None, None, -1, False, rms)
         for g, wnt in zip(got, want):
             np.testing.assert_array_equal(_bits(g), _bits(wnt))
+    # One of each kind: each 16-bit one is widened on its own, the float32 one taken as it is.
+    for w, b in ((w16, b32), (w32, b16), (None, b16), (w16, None)):
+        got = _core.add_norm_fast(x, None, w, b, 1e-5, None, None, -1, False, False)
+        assert got is not None
+        want = fastln.layer_norm(x, None if w is None else w32, None if b is None else b32)
+        np.testing.assert_array_equal(_bits(got), _bits(want))
     y16 = fastln.layer_norm(x, w16, b16)
     np.testing.assert_array_equal(_bits(y16), _bits(fastln.layer_norm(x, w32, b32)))
     got = _core.layer_norm_fast(x, w16, b16, 1e-5, None, -1, False)
@@ -663,19 +669,28 @@ def test_half_errors():
 
 
 @pytest.mark.parametrize("name", HALF)
-@pytest.mark.parametrize("shape", [(96, 1024), (512, 64)])  # the general path; short rows
+@pytest.mark.parametrize("shape", [(96, 1024), (512, 64), (5, 8200)])  # general; short; long
 def test_half_bitwise_identical_across_thread_counts(rng, name, shape):
+    # Parameters of x's dtype are widened by each thread into its own buffer (api.cpp): every
+    # thread's rows must see the same values as one thread's, and as float32 parameters give.
     dt = _half(name)
     x, r = _data(rng, shape, dt), _data(rng, shape, dt)
-    fastln.set_num_threads(1)
+    w16, b16 = _data(rng, shape[1], dt, c=1.0), _data(rng, shape[1], dt)
+    w32, b32 = w16.astype(F32), b16.astype(F32)
+    got = {}
     try:
-        y1, h1 = fastln.layer_norm(x, residual=r)
-        fastln.set_num_threads(2)
-        y2, h2 = fastln.layer_norm(x, residual=r)
+        for n in (1, 2):
+            fastln.set_num_threads(n)
+            y = np.full(shape, np.nan, dt)
+            fastln.layer_norm(x, w16, b16, out=y)
+            got[n] = [*fastln.layer_norm(x, residual=r), y, fastln.rms_norm(x, w16)]
+        want = [fastln.layer_norm(x, w32, b32), fastln.rms_norm(x, w32)]
     finally:
         fastln.set_num_threads(0)
-    np.testing.assert_array_equal(_bits(y1), _bits(y2))
-    np.testing.assert_array_equal(_bits(h1), _bits(h2))
+    for a, b in zip(got[1], got[2]):
+        np.testing.assert_array_equal(_bits(a), _bits(b))
+    np.testing.assert_array_equal(_bits(got[2][2]), _bits(want[0]))
+    np.testing.assert_array_equal(_bits(got[2][3]), _bits(want[1]))
 
 
 @pytest.mark.parametrize("name", HALF)
