@@ -62,6 +62,11 @@ int MaxThreads() {
 // A thread gets at least this many elements: below it, waking a second thread costs more than it
 // saves. Measured on the 2-core dev machine (float32, out= given, 1 vs 2 threads): 8x768 0.8x,
 // 16x768 1.0x, 4x4096 and 128x64 1.15x, 32x768 1.3x, 256x64 1.45x, 64x768 1.5x, 128x768 1.7x.
+// Again with the thread pool (Xeon guest, family 6 model 167, 2026-12-06, layer_norm with weight
+// and bias, out=, 2 threads forced on every shape, 1-thread time over 2-thread, two runs): float32
+// 8x768 0.81-0.84, 8x1024 0.90-0.93, 128x64 0.96-1.07, 16x768 0.97-1.12, 16x1024 1.01-1.15,
+// 4x4096 1.09-1.28; float64 8x768 1.09-1.11, 8x1024 1.16-1.17, 2x4096 1.31, 4x768 0.82-0.89.
+// So the threshold stays; one in bytes would split float64 calls from 8192 values (not done).
 constexpr int64_t kMinElemsPerThread = 8 * 1024;
 
 // Contiguous blocks of rows, sizes differing by at most one (oneDNN's balance211). A row is never
