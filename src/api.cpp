@@ -65,9 +65,12 @@ int MaxThreads() {
 // Again with the thread pool (Xeon guest, family 6 model 167, 2026-12-06, layer_norm with weight
 // and bias, out=, 2 threads forced on every shape, 1-thread time over 2-thread, two runs): float32
 // 8x768 0.81-0.84, 8x1024 0.90-0.93, 128x64 0.96-1.07, 16x768 0.97-1.12, 16x1024 1.01-1.15,
-// 4x4096 1.09-1.28; float64 8x768 1.09-1.11, 8x1024 1.16-1.17, 2x4096 1.31, 4x768 0.82-0.89.
-// So the threshold stays; one in bytes would split float64 calls from 8192 values (not done).
+// 4x4096 1.09-1.28; float64 8x768 1.09-1.11, 8x1024 1.16-1.17, 2x4096 1.31, 128x64 1.15-1.17,
+// 4x768 0.82-0.89; float64 rms_norm 8x1024 1.06, 2x4096 1.18, 128x64 1.29. So the forward passes
+// count the bytes of the values they compute on (kMinBytesPerThread, ParallelRows): float32 and
+// 16-bit rows (computed in float32) split from 16384 values as before, float64 from 8192.
 constexpr int64_t kMinElemsPerThread = 8 * 1024;
+constexpr int64_t kMinBytesPerThread = kMinElemsPerThread * int64_t(sizeof(float));
 
 // Contiguous blocks of rows, sizes differing by at most one (oneDNN's balance211). A row is never
 // split, so each output element is computed by the same instructions whatever the thread count.
@@ -106,8 +109,10 @@ void OnThreads(int n, Body body) {
 
 template <class Args, class Fn>
 void ParallelRows(const Args &args, Fn fn, int64_t rows, int64_t cols) {
+  // The type of the parameters and statistics: the one the kernels compute in.
+  constexpr int64_t kBytes = int64_t(sizeof(*args.weight));
   int64_t nt = MaxThreads();
-  const int64_t by_work = (rows * cols) / kMinElemsPerThread;
+  const int64_t by_work = (rows * cols) / (kMinBytesPerThread / kBytes);
   if (nt > by_work) nt = by_work;
   if (nt > rows) nt = rows;
   if (nt <= 1 || ForkedChild()) {
