@@ -1,13 +1,14 @@
 // The fork-join behind the C API's row split: the calling thread and up to n - 1 pool threads run
-// one task, then the caller waits for them. Included by api.cpp alone.
+// the n parts of one task, then the caller waits for them. Included by api.cpp alone.
 //
 // Why not `#pragma omp parallel`: each GNU libgomp region made two FUTEX_WAKE system calls with
 // nobody waiting (strace -f -c: 20000 for 10000 empty 2-thread regions, OMP_WAIT_POLICY=active
-// too; this pool: 4-2299 in four runs of 10000 calls through Python). On the 2-core Xeon guest (family 6 model 167, 2026-12-05) an empty region took 0.68-0.74 us and a
-// spinning handshake of two atomics 0.31 us, and a C loop over the 1-thread kernel run on two
-// halves of the rows (float32, weight and bias, best of 15 rounds, us) took 8.52 in an OpenMP
-// region against 7.91 here (128x768), 10.43 against 9.27 (128x1024), 4.29 against 3.81 (64x768),
-// 21.28 against 20.55 (2048x64). OpenMP still sets the thread count (api.cpp).
+// too; this pool: 4-2299 in four runs of 10000 calls through Python). On the 2-core Xeon guest
+// (family 6 model 167, 2026-12-05) an empty region took 0.68-0.74 us and a spinning handshake of
+// two atomics 0.31 us, and a C loop over the 1-thread kernel run on two halves of the rows
+// (float32, weight and bias, best of 15 rounds, us) took 8.52 in an OpenMP region against 7.91
+// here (128x768), 10.43 against 9.27 (128x1024), 4.29 against 3.81 (64x768), 21.28 against 20.55
+// (2048x64). OpenMP still sets the thread count (api.cpp).
 #ifndef FASTLN_THREAD_POOL_H_
 #define FASTLN_THREAD_POOL_H_
 
@@ -40,10 +41,10 @@ inline void CpuRelax() {
 
 class ThreadPool {
  public:
-  // task(ctx, i, n) for i in [0, n): i = 0 on the calling thread. Returns false, having run
-  // nothing, when another thread is using the pool or its threads could not be started; the caller
-  // then runs the work alone (each row is computed the same way on any thread, so only the time
-  // differs).
+  // task(ctx, i, n) for i in [0, n): part 0 on the calling thread, each other part on whichever
+  // thread claims it first (the caller's included). Returns false, having run nothing, when
+  // another thread is using the pool or its threads could not be started; the caller then runs
+  // the work alone (each row is computed the same way on any thread, so only the time differs).
   // task(ctx, i, n) may run with a smaller n than asked for, where fewer threads could be started.
   using Task = void (*)(void *ctx, int i, int n);
   bool Run(int n, Task task, void *ctx) {
@@ -60,24 +61,27 @@ class ThreadPool {
     // a larger call started and this one leaves out sleep at once: Await.)
     const bool spin = n <= Cpus();
     spin_ns_.store(spin ? SpinNanos() : 0, std::memory_order_relaxed);
-    pending_.store(n - 1, std::memory_order_relaxed);
+    done_.store(0, std::memory_order_relaxed);
     // The count of threads travels in the same word as the generation, so that a pool thread not
-    // taking part never reads what the next call writes.
-    const uint64_t word = ((ticket_.load(std::memory_order_relaxed) >> kCountBits) + 1)
-                              << kCountBits |
-                          uint64_t(n);
-    ticket_.store(word, std::memory_order_seq_cst);
+    // taking part never reads what the next call writes. Part 0 is the caller's; the others go to
+    // whoever claims them first (Claim), the caller too once its own is done.
+    const uint64_t gen = (ticket_.load(std::memory_order_relaxed) >> kCountBits) + 1;
+    claim_.store(gen << kCountBits | 1, std::memory_order_release);
+    ticket_.store(gen << kCountBits | uint64_t(n), std::memory_order_seq_cst);
     if (sleepers_.load(std::memory_order_seq_cst) > 0) {
       // Taking the mutex orders this wake after a sleeper's last look at ticket_.
       { std::lock_guard<std::mutex> lock(mutex_); }
       wake_.notify_all();
     }
     task(ctx, 0, n);
-    for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
+    int mine = 1;
+    for (int i; (i = Claim(gen, n)) >= 0; ++mine) task(ctx, i, n);
+    // What is left are parts pool threads claimed, and are running.
+    for (int spins = 0; done_.load(std::memory_order_acquire) != n - mine; ++spins) {
       if (spin && spins < kCallerSpins) {
         CpuRelax();
       } else {
-        std::this_thread::yield();  // a pool thread was descheduled, or is waking from sleep
+        std::this_thread::yield();  // a pool thread was descheduled
       }
     }
     busy_.store(false, std::memory_order_release);
@@ -100,6 +104,7 @@ class ThreadPool {
 
  private:
   static constexpr int kCountBits = 16;
+  static constexpr uint64_t kCountMask = (uint64_t(1) << kCountBits) - 1;
   static constexpr int kCallerSpins = 1 << 12;
   // How long an idle pool thread spins before it sleeps. Spinning takes a CPU from whatever runs
   // between calls, and sleeping costs the next call its wake: on the Xeon guest (2026-12-05,
@@ -180,15 +185,41 @@ class ThreadPool {
     }
   }
 
+  // The next unclaimed part of call `gen`, or -1 when none is left. A pool thread that is late
+  // (waking, or waiting for a CPU) thus leaves its part to the caller, which used to wait for it,
+  // spinning, then yielding. On the Xeon guest (2026-12-06, float32, weight and bias, 2 threads,
+  // best of 15 rounds after 0.5 s of calls, processes alternating, three each) with a Python busy
+  // loop on one CPU, calls took 105-134 us (1 thread 4.4-51.1) on most of 7 shapes in two of
+  // three processes; taking the part left, 3.4-22.8 us, 1.17-2.53x faster than 1 thread (quiet:
+  // 1.24-2.52x before, 1.27-2.48x now). Waiting a while first (half part 0's time) made such
+  // calls 1.3x 1 thread's time; yielding once first, 59-99 us. A part claimed is run whole, so
+  // the caller waits only for parts under way.
+  int Claim(uint64_t gen, int n) {
+    uint64_t w = claim_.load(std::memory_order_relaxed);
+    for (;;) {
+      const int i = int(w & kCountMask);
+      if ((w >> kCountBits) != gen || i >= n) return -1;
+      if (claim_.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel,
+                                       std::memory_order_relaxed)) {
+        return i;
+      }
+    }
+  }
+
   void Loop(int index, uint64_t seen) {
     for (bool took_part = true;;) {
       seen = Await(seen, took_part);
       if (stop_.load(std::memory_order_acquire)) return;
-      const int n = int(seen & ((uint64_t(1) << kCountBits) - 1));
+      const int n = int(seen & kCountMask);
+      // A thread asked to take part spins after the call even when it found nothing left, so that
+      // it is there for the next one.
       took_part = index < n;
-      if (took_part) {
-        task_(ctx_, index, n);
-        pending_.fetch_sub(1, std::memory_order_acq_rel);
+      if (!took_part) continue;
+      // task_ and ctx_ are read only after a claim: a thread that claims nothing may already see
+      // the next call's, and the caller leaves a call only when every part is claimed.
+      for (int i; (i = Claim(seen >> kCountBits, n)) >= 0;) {
+        task_(ctx_, i, n);
+        done_.fetch_add(1, std::memory_order_acq_rel);
       }
     }
   }
@@ -196,7 +227,8 @@ class ThreadPool {
   std::atomic<bool> busy_{false};
   std::atomic<bool> stop_{false};
   alignas(64) std::atomic<uint64_t> ticket_{0};
-  alignas(64) std::atomic<int> pending_{0};
+  alignas(64) std::atomic<uint64_t> claim_{0};  // the call's generation, then its next part
+  alignas(64) std::atomic<int> done_{0};         // parts pool threads finished
   alignas(64) std::atomic<int> sleepers_{0};
   std::atomic<int64_t> spin_ns_{0};
   Task task_ = nullptr;
