@@ -314,7 +314,7 @@ auto WithParams16(const Params16 &p, int64_t n, WidenFn widen, Fn fn) {
     const int64_t stride = (n + 15) / 16 * 16;  // floats: each copy starts on a line
     void *raw = t_params.Get(static_cast<size_t>(2 * stride * int64_t(sizeof(float)) + 64));
     if (!raw) {
-      *g.status = FASTLN_ERR_NO_MEMORY;
+      __atomic_store_n(g.status, int(FASTLN_ERR_NO_MEMORY), __ATOMIC_RELAXED);  // any thread
       return;
     }
     const uintptr_t at = (reinterpret_cast<uintptr_t>(raw) + 63) & ~uintptr_t(63);

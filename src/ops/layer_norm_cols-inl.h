@@ -241,7 +241,7 @@ void LayerNormColsWB(const AddNormArgs<T, T> &a, int64_t i0, int64_t i1) {
     ok = ColBlock<T, OneLane<T>, 1, kW_, kB_>(a, a.x + i, a.y + i, at(i, a.mean), at(i, a.rstd),
                                               int(i1 - i), &scratch);
   }
-  if (!ok) *a.status = FASTLN_ERR_NO_MEMORY;
+  if (!ok) __atomic_store_n(a.status, int(FASTLN_ERR_NO_MEMORY), __ATOMIC_RELAXED);  // any thread
 }
 
 template <class T>
