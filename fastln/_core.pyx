@@ -83,15 +83,6 @@ cdef extern from "fastln/fastln.h" nogil:
                                   double *rstd, int64_t rows, int64_t cols, double eps)
     int fastln_f16_to_f32(const uint16_t *src, float *dst, int64_t n)
     int fastln_bf16_to_f32(const uint16_t *src, float *dst, int64_t n)
-    int fastln_add_layer_norm_f16(const uint16_t *x, int64_t ldx, const uint16_t *residual,
-                                  int64_t ldr, uint16_t *h, int64_t ldh, uint16_t *y, int64_t ldy,
-                                  const float *weight, const float *bias, float *mean,
-                                  float *rstd, int64_t rows, int64_t cols, double eps)
-    int fastln_add_layer_norm_bf16(const uint16_t *x, int64_t ldx, const uint16_t *residual,
-                                   int64_t ldr, uint16_t *h, int64_t ldh, uint16_t *y,
-                                   int64_t ldy, const float *weight, const float *bias,
-                                   float *mean, float *rstd, int64_t rows, int64_t cols,
-                                   double eps)
     int fastln_add_rms_norm_f32(const float *x, int64_t ldx, const float *residual, int64_t ldr,
                                 float *h, int64_t ldh, float *y, int64_t ldy, const float *weight,
                                 float *rstd, int64_t rows, int64_t cols, double eps)
@@ -99,14 +90,6 @@ cdef extern from "fastln/fastln.h" nogil:
                                 int64_t ldr, double *h, int64_t ldh, double *y, int64_t ldy,
                                 const double *weight, double *rstd, int64_t rows, int64_t cols,
                                 double eps)
-    int fastln_add_rms_norm_f16(const uint16_t *x, int64_t ldx, const uint16_t *residual,
-                                int64_t ldr, uint16_t *h, int64_t ldh, uint16_t *y, int64_t ldy,
-                                const float *weight, float *rstd, int64_t rows, int64_t cols,
-                                double eps)
-    int fastln_add_rms_norm_bf16(const uint16_t *x, int64_t ldx, const uint16_t *residual,
-                                 int64_t ldr, uint16_t *h, int64_t ldh, uint16_t *y, int64_t ldy,
-                                 const float *weight, float *rstd, int64_t rows, int64_t cols,
-                                 double eps)
     const char *fastln_status_string(int status)
     const char *fastln_isa()
     const char *fastln_best_isa()
@@ -634,45 +617,36 @@ def norm_backward_2d(cnp.ndarray dy, cnp.ndarray x, mean, rstd, weight, cnp.ndar
 
 
 cdef int _add_norm_call(int fmt, int t, bint rms, void *px, int64_t ldx, void *pr, int64_t ldr,
-                        void *ph, int64_t ldh, void *py, int64_t ldy, void *w, void *b, void *m,
-                        void *r, int64_t rows, int64_t cols, double eps) noexcept nogil:
-    """The C entry point of add_norm_2d's and add_norm_fast's arguments; returns its status."""
+                        void *ph, int64_t ldh, void *py, int64_t ldy, void *w, void *b,
+                        const void *w16, const void *b16, void *m, void *r, int64_t rows,
+                        int64_t cols, double eps) noexcept nogil:
+    """The C entry point of add_norm_2d's and add_norm_fast's arguments; returns its status.
+
+    16-bit x (fmt FLOAT16 or BFLOAT16): w and b float32, or w16 and b16 in x's own format (each
+    NULL or not independently; the C side widens those per thread). Native x: w16 and b16 NULL.
+    """
+    if fmt == _FLOAT16 or fmt == _BFLOAT16:
+        return BindingAddNorm16(
+            fmt == _BFLOAT16, rms, <const uint16_t *>px, ldx, <const uint16_t *>pr, ldr,
+            <uint16_t *>ph, ldh, <uint16_t *>py, ldy, <const float *>w, <const float *>b,
+            <const uint16_t *>w16, <const uint16_t *>b16, <float *>m, <float *>r, rows, cols,
+            eps)
     if rms:
-        if fmt == _FLOAT16:
-            return fastln_add_rms_norm_f16(
-                <const uint16_t *>px, ldx, <const uint16_t *>pr, ldr, <uint16_t *>ph, ldh,
-                <uint16_t *>py, ldy, <const float *>w, <float *>r, rows, cols, eps)
-        elif fmt == _BFLOAT16:
-            return fastln_add_rms_norm_bf16(
-                <const uint16_t *>px, ldx, <const uint16_t *>pr, ldr, <uint16_t *>ph, ldh,
-                <uint16_t *>py, ldy, <const float *>w, <float *>r, rows, cols, eps)
-        elif t == cnp.NPY_FLOAT32:
+        if t == cnp.NPY_FLOAT32:
             return fastln_add_rms_norm_f32(
                 <const float *>px, ldx, <const float *>pr, ldr, <float *>ph, ldh,
                 <float *>py, ldy, <const float *>w, <float *>r, rows, cols, eps)
-        else:
-            return fastln_add_rms_norm_f64(
-                <const double *>px, ldx, <const double *>pr, ldr, <double *>ph, ldh,
-                <double *>py, ldy, <const double *>w, <double *>r, rows, cols, eps)
-    elif fmt == _FLOAT16:
-        return fastln_add_layer_norm_f16(
-            <const uint16_t *>px, ldx, <const uint16_t *>pr, ldr, <uint16_t *>ph, ldh,
-            <uint16_t *>py, ldy, <const float *>w, <const float *>b, <float *>m, <float *>r,
-            rows, cols, eps)
-    elif fmt == _BFLOAT16:
-        return fastln_add_layer_norm_bf16(
-            <const uint16_t *>px, ldx, <const uint16_t *>pr, ldr, <uint16_t *>ph, ldh,
-            <uint16_t *>py, ldy, <const float *>w, <const float *>b, <float *>m, <float *>r,
-            rows, cols, eps)
-    elif t == cnp.NPY_FLOAT32:
+        return fastln_add_rms_norm_f64(
+            <const double *>px, ldx, <const double *>pr, ldr, <double *>ph, ldh,
+            <double *>py, ldy, <const double *>w, <double *>r, rows, cols, eps)
+    if t == cnp.NPY_FLOAT32:
         return fastln_add_layer_norm_f32(
             <const float *>px, ldx, <const float *>pr, ldr, <float *>ph, ldh, <float *>py, ldy,
             <const float *>w, <const float *>b, <float *>m, <float *>r, rows, cols, eps)
-    else:
-        return fastln_add_layer_norm_f64(
-            <const double *>px, ldx, <const double *>pr, ldr, <double *>ph, ldh,
-            <double *>py, ldy, <const double *>w, <const double *>b, <double *>m,
-            <double *>r, rows, cols, eps)
+    return fastln_add_layer_norm_f64(
+        <const double *>px, ldx, <const double *>pr, ldr, <double *>ph, ldh,
+        <double *>py, ldy, <const double *>w, <const double *>b, <double *>m,
+        <double *>r, rows, cols, eps)
 
 
 def add_norm_2d(cnp.ndarray x, residual, h, cnp.ndarray y, weight, bias, mean, rstd,
@@ -718,8 +692,8 @@ def add_norm_2d(cnp.ndarray x, residual, h, cnp.ndarray y, weight, bias, mean, r
     cdef void *py = cnp.PyArray_DATA(y)
     cdef int status
     with nogil:
-        status = _add_norm_call(fmt, t, rms, px, ldx, pr, ldr, ph, ldh, py, ldy, w, b, m, r, rows,
-                                cols, eps)
+        status = _add_norm_call(fmt, t, rms, px, ldx, pr, ldr, ph, ldh, py, ldy, w, b, NULL, NULL,
+                                m, r, rows, cols, eps)
     _check(status)
 
 
@@ -843,14 +817,8 @@ def add_norm_fast(x, residual, weight, bias, eps, out, residual_out, axis, retur
     cdef int status = 0
     if rows > 0:
         with nogil:
-            if p != t:
-                status = BindingAddNorm16(
-                    fmt == _BFLOAT16, rms, <const uint16_t *>px, d, <const uint16_t *>pr, d,
-                    <uint16_t *>ph, d, <uint16_t *>py, d, <const float *>w, <const float *>b,
-                    <const uint16_t *>w16, <const uint16_t *>b16, NULL, NULL, rows, d, e)
-            else:
-                status = _add_norm_call(fmt, t, rms, px, d, pr, d, ph, d, py, d, w, b, NULL, NULL,
-                                        rows, d, e)
+            status = _add_norm_call(fmt, t, rms, px, d, pr, d, ph, d, py, d, w, b, w16, b16, NULL,
+                                    NULL, rows, d, e)
         _check(status)
     return ya if ha is None else (ya, ha)
 
