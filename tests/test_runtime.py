@@ -142,6 +142,36 @@ def test_bitwise_identical_across_thread_counts():
     assert len(set(out.values())) == 1, out
 
 
+@pytest.mark.parametrize("dtype, shape, split", [
+    ("float32", (8, 1024), False), ("float32", (2, 8192), True),
+    ("float16", (8, 1024), False), ("float16", (2, 8192), True),
+    ("float64", (8, 1023), False), ("float64", (2, 4096), True)])
+def test_threads_split_by_bytes(dtype, shape, split):
+    # A forward call goes on a second thread from 32 KiB of the values it computes in (float32
+    # for the 16-bit dtypes): float64 from 8192 values, float32 and float16 from 16384. Seen as
+    # the pool's first thread starting, in a fresh process.
+    if not fastln.runtime_info()["openmp"]:
+        pytest.skip("built without OpenMP")
+    if not sys.platform.startswith("linux"):
+        pytest.skip("counts threads in /proc/self/status")
+    r = _run(
+        f"""
+        import numpy as np, fastln
+
+        def threads():
+            with open("/proc/self/status") as f:
+                return next(int(l.split()[1]) for l in f if l.startswith("Threads:"))
+
+        fastln.set_num_threads(2)
+        base = threads()
+        fastln.layer_norm(np.ones({shape}, "{dtype}"))
+        print(threads() - base)
+        """
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == ("1" if split else "0")
+
+
 def test_set_num_threads():
     before = fastln.get_num_threads()
     try:
