@@ -1,4 +1,4 @@
-"""Scratch memory that cannot be had: the call raises MemoryError, writes nothing it should not,
+"""Scratch memory that cannot be had: the call raises MemoryError (not a crash, not a wrong answer),
 and the next call works. Each case runs in a child process with its address space capped
 (RLIMIT_AS) just above what the call's arrays already take, so that only the library's own
 scratch buffer is refused."""
@@ -39,9 +39,6 @@ PRELUDE = textwrap.dedent(r"""
             resource.setrlimit(resource.RLIMIT_AS, (SOFT, HARD))
         return None
 """)
-
-MIB = 1 << 20
-
 
 def run_child(body: str) -> str:
     r = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(body)],
