@@ -107,23 +107,37 @@ void OnThreads(int n, Body body) {
   body(0, 1);
 }
 
-template <class Args, class Fn>
-void ParallelRows(const Args &args, Fn fn, int64_t rows, int64_t cols) {
-  // The type of the parameters and statistics: the one the kernels compute in.
-  constexpr int64_t kBytes = int64_t(sizeof(*args.weight));
+// How many threads a forward call of rows x cols takes: one per kMinBytesPerThread of the type the
+// kernels compute in (kBytes), at most one a row.
+inline int64_t RowThreads(int64_t rows, int64_t cols, int64_t kBytes) {
   int64_t nt = MaxThreads();
   const int64_t by_work = (rows * cols) / (kMinBytesPerThread / kBytes);
   if (nt > by_work) nt = by_work;
   if (nt > rows) nt = rows;
+  return nt < 1 ? 1 : nt;
+}
+
+// body(i, r0, r1) for the rows [r0, r1) of part i < nt, each part on one thread (fewer parts where
+// fewer threads run).
+template <class Body>
+void RowParts(int64_t nt, int64_t rows, Body body) {
   if (nt <= 1 || ForkedChild()) {
-    fn(args, 0, rows);
+    body(0, 0, rows);
     return;
   }
   OnThreads(int(nt), [&](int i, int n) {
     int64_t b, e;
     Balance(rows, n, i, &b, &e);
-    if (b < e) fn(args, b, e);
+    if (b < e) body(i, b, e);
   });
+}
+
+template <class Args, class Fn>
+void ParallelRows(const Args &args, Fn fn, int64_t rows, int64_t cols) {
+  // The type of the parameters and statistics: the one the kernels compute in.
+  constexpr int64_t kBytes = int64_t(sizeof(*args.weight));
+  RowParts(RowThreads(rows, cols, kBytes), rows,
+           [&](int, int64_t b, int64_t e) { fn(args, b, e); });
 }
 
 template <class T>
@@ -299,26 +313,33 @@ struct Params16 {
 
 thread_local Workspace t_params;
 
-// Weight (and bias) widened to float for `fn`. Each thread widens its own copy from the 16-bit
-// ones: widened once by the caller, they were lines just written in the caller's cache, and every
-// other thread fetched them from there on every call. Measured on the Xeon guest (family 6 model
-// 167, 2026-12-06, float16, weight and bias, out=, best of 11 rounds, 1 thread against 2, us):
-// 8x16384 22.2 against 43.7, 4x4096 4.2 against 8.1, 8x4096 6.7 against 9.9; float32 weight and
-// bias copied into place by the caller before each call did the same (8x16384 27.9 against 30.5,
-// 22.1 against 12.9 when left alone). Widened here: 8x16384 22.1-23.4 against 13.8-14.5, 4x4096
-// 3.4-3.6 against 2.9 (docs/performance-notes.md).
-template <class T, class Fn>
-auto WithParams16(const Params16 &p, int64_t n, WidenFn widen, Fn fn) {
-  return [&p, n, widen, fn](const AddNormArgs<T, float> &g, int64_t r0, int64_t r1) {
-    AddNormArgs<T, float> c = g;
-    const int64_t stride = (n + 15) / 16 * 16;  // floats: each copy starts on a line
-    void *raw = t_params.Get(static_cast<size_t>(2 * stride * int64_t(sizeof(float)) + 64));
-    if (!raw) {
-      __atomic_store_n(g.status, int(FASTLN_ERR_NO_MEMORY), __ATOMIC_RELAXED);  // any thread
-      return;
-    }
-    const uintptr_t at = (reinterpret_cast<uintptr_t>(raw) + 63) & ~uintptr_t(63);
-    float *const buf = reinterpret_cast<float *>(at);
+// `fn` with the 16-bit weight and bias widened to float: a copy for each part of the rows, widened
+// by the thread that runs the part. Widened once by the caller, they were lines just written in
+// the caller's cache, and every other thread fetched them from there on every call. Measured on the
+// Xeon guest (family 6 model 167, 2026-12-06, float16, weight and bias, out=, best of 11 rounds, 1
+// thread against 2, us): 8x16384 22.2 against 43.7, 4x4096 4.2 against 8.1, 8x4096 6.7 against
+// 9.9; float32 weight and bias copied into place by the caller before each call did the same
+// (8x16384 27.9 against 30.5, 22.1 against 12.9 when left alone). Widened by each thread: 8x16384
+// 22.1-23.4 against 13.8-14.5, 4x4096 3.4-3.6 against 2.9 (docs/performance-notes.md). The copies
+// lie in one buffer the caller holds, allocated before any row is written, so that running out of
+// memory leaves y, h and the statistics as they were on any number of threads (each thread
+// allocating its own, the threads that got theirs wrote their rows).
+template <class T>
+int WithParams16(const AddNormArgs<T, float> &a, const Params16 &p, int64_t rows,
+                 WidenFn widen, AddNormRowsFn<T, float> fn) {
+  const int64_t n = a.cols;
+  const int64_t nt = RowThreads(rows, n, int64_t(sizeof(float)));
+  const int64_t stride = (n + 15) / 16 * 16;  // floats: each copy starts on a line
+  if (nt > (INT64_MAX / 2 - 64) / int64_t(sizeof(float)) / (2 * stride)) {
+    return FASTLN_ERR_NO_MEMORY;
+  }
+  void *raw = t_params.Get(static_cast<size_t>(nt * 2 * stride * int64_t(sizeof(float)) + 64));
+  if (!raw) return FASTLN_ERR_NO_MEMORY;
+  float *const base =
+      reinterpret_cast<float *>((reinterpret_cast<uintptr_t>(raw) + 63) & ~uintptr_t(63));
+  RowParts(nt, rows, [&](int i, int64_t r0, int64_t r1) {
+    float *const buf = base + i * 2 * stride;
+    AddNormArgs<T, float> c = a;
     if (p.w) {
       widen(p.w, buf, n);
       c.weight = buf;
@@ -328,8 +349,9 @@ auto WithParams16(const Params16 &p, int64_t n, WidenFn widen, Fn fn) {
       c.bias = buf + stride;
     }
     fn(c, r0, r1);
-    t_params.Trim();
-  };
+  });
+  t_params.Trim();
+  return *a.status;
 }
 
 template <class T, class P>
@@ -350,8 +372,7 @@ int AddNorm(const AddNormArgs<T, P> &a, int64_t rows, AddNormRowsFn<T, P> Kernel
   args.call_rows = rows;
   if constexpr (std::is_same<P, float>::value && sizeof(T) == 2) {
     if (p16 && (p16->w || p16->b)) {
-      ParallelRows(args, WithParams16<T>(*p16, n, t->*(p16->widen), t->*fn), rows, n);
-      return status;
+      return WithParams16<T>(args, *p16, rows, t->*(p16->widen), t->*fn);
     }
   }
   ParallelRows(args, t->*fn, rows, n);
