@@ -30,11 +30,18 @@ namespace {
 // as libgomp's never do (the child of a parent that ran a parallel region hangs in the next one).
 // multiprocessing's default start method on Linux forks, so as PyTorch does, a child forked after
 // fastln's first call runs single-threaded.
+// The handler is registered as the library loads: registered by the first call (a function-local
+// static), a fork by another thread while that call held the static's guard would leave the
+// child's first call waiting on the guard for good. A call sets g_called before it can start a
+// pool thread, so a child forked before any call may still start its own.
+std::atomic<bool> g_called{false};
 std::atomic<bool> g_forked_child{false};
-void OnForkChild() { g_forked_child.store(true); }
+void OnForkChild() {
+  if (g_called.load(std::memory_order_relaxed)) g_forked_child.store(true);
+}
+[[maybe_unused]] const int g_atfork_registered = pthread_atfork(nullptr, nullptr, &OnForkChild);
 bool ForkedChild() {
-  static const int registered = pthread_atfork(nullptr, nullptr, &OnForkChild);
-  (void)registered;
+  if (!g_called.load(std::memory_order_relaxed)) g_called.store(true, std::memory_order_relaxed);
   return g_forked_child.load(std::memory_order_relaxed);
 }
 #else

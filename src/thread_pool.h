@@ -49,6 +49,7 @@ class ThreadPool {
   using Task = void (*)(void *ctx, int i, int n);
   bool Run(int n, Task task, void *ctx) {
     if (n <= 1 || busy_.exchange(true, std::memory_order_acquire)) return false;
+    if (n > int(kCountMask)) n = int(kCountMask);  // the count's bits in claim_ and ticket_
     Grow(n - 1);
     if (n > int(threads_.size()) + 1) n = int(threads_.size()) + 1;
     if (n <= 1) {
