@@ -303,6 +303,38 @@ def test_forked_child_does_not_hang():
     assert r.stdout.strip() == "0"
 
 
+@pytest.mark.parametrize("call_first", [False, True])
+def test_forked_child_threads(call_first):
+    # A child forked after the parent's first call runs on one thread (the parent's pool threads
+    # are not in it); one forked before any call, right after import, starts a pool of its own.
+    if not hasattr(os, "fork") or not sys.platform.startswith("linux"):
+        pytest.skip("fork, and threads counted in /proc/self/status")
+    if not fastln.runtime_info()["openmp"]:
+        pytest.skip("built without OpenMP")
+    r = _run(
+        f"""
+        import os, numpy as np, fastln
+
+        def threads():
+            with open("/proc/self/status") as f:
+                return next(int(l.split()[1]) for l in f if l.startswith("Threads:"))
+
+        if {call_first}:
+            fastln.layer_norm(np.ones((1, 64), np.float32))
+        pid = os.fork()
+        if pid == 0:
+            fastln.set_num_threads(2)
+            base = threads()
+            fastln.layer_norm(np.ones((4, 8192), np.float32))
+            print(fastln.get_num_threads(), threads() - base, flush=True)
+            os._exit(0)
+        os.waitpid(pid, 0)
+        """
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == (["1", "0"] if call_first else ["2", "1"])
+
+
 def test_import_from_the_checkout_root():
     # `pip install . && python -m fastln.bench` runs in the checkout, where the source folder
     # fastln/ comes first on sys.path: it must still find the compiled extension.
