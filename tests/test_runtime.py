@@ -15,6 +15,14 @@ import fastln
 ISAS = fastln.runtime_info()["isas"]
 
 
+# Prepended to a child's code: how many threads the child has (Linux).
+THREADS = """
+def threads():
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("Threads:"))
+"""
+
+
 def _run(code, **env):
     e = dict(os.environ)
     e.pop("FASTLN_ISA", None)
@@ -155,18 +163,13 @@ def test_threads_split_by_bytes(dtype, shape, split):
     if not sys.platform.startswith("linux"):
         pytest.skip("counts threads in /proc/self/status")
     r = _run(
-        f"""
+        THREADS + textwrap.dedent(f"""
         import numpy as np, fastln
-
-        def threads():
-            with open("/proc/self/status") as f:
-                return next(int(l.split()[1]) for l in f if l.startswith("Threads:"))
-
         fastln.set_num_threads(2)
         base = threads()
         fastln.layer_norm(np.ones({shape}, "{dtype}"))
         print(threads() - base)
-        """
+        """)
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == ("1" if split else "0")
@@ -312,13 +315,8 @@ def test_forked_child_threads(call_first):
     if not fastln.runtime_info()["openmp"]:
         pytest.skip("built without OpenMP")
     r = _run(
-        f"""
+        THREADS + textwrap.dedent(f"""
         import os, numpy as np, fastln
-
-        def threads():
-            with open("/proc/self/status") as f:
-                return next(int(l.split()[1]) for l in f if l.startswith("Threads:"))
-
         if {call_first}:
             fastln.layer_norm(np.ones((1, 64), np.float32))
         pid = os.fork()
@@ -329,7 +327,7 @@ def test_forked_child_threads(call_first):
             print(fastln.get_num_threads(), threads() - base, flush=True)
             os._exit(0)
         os.waitpid(pid, 0)
-        """
+        """)
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == (["1", "0"] if call_first else ["2", "1"])
