@@ -736,7 +736,14 @@ void LayerNormRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_
   if (r0 >= r1) return;
   const int lag = LagOf<St>(n);
   const int64_t dist = First::Ahead(a, r0, r1);
-  const bool from_y = NormalizeFromY();
+  // 16-bit rows start at x's line whatever the CPU: on the Xeon guest (family 6 model 167,
+  // 2026-12-06, float16, 1 thread, best of 7 rounds, x and y each 0, 16, 32 or 48 bytes past a
+  // line) from y's line they took 20.6-23.2 us at 128x1024 with weight and bias wherever y lay 16
+  // or 48 bytes past a line (as glibc places the blocks it maps), 14.0-14.7 elsewhere, and from x's
+  // 14.1-15.7 throughout; 2048x768 372-391 against 234-255 and 238-249 us; without weight and
+  // bias 18.9-21.5 against 12.1-14.0 and 15.4-16.8 (docs/performance-notes.md). Why y's place
+  // costs 16-bit rows so much was not found.
+  const bool from_y = St::kNative && NormalizeFromY();
   Moments ahead[kMaxLag];  // statistics of rows r .. r + lag - 1
   for (int64_t k = 0; k < lag && r0 + k < r1; ++k) {
     ahead[k] = RowMoments<false>(First::Row(a, r0 + k, dist), n, T(0), NoJob{});
