@@ -275,8 +275,8 @@ cdef inline bint _param_ok(object p, int t, cnp.npy_intp d):
 
 cdef inline bint _param16_ok(object p, int t, cnp.npy_intp d):
     """For 16-bit x of typenum t: p is None or a plain 1-D array of length d, float32 or of x's
-    own dtype (then widened to float32 in C: by each thread in the forward passes, by _widened for
-    the backward ones)."""
+    own dtype (then widened to float32 in C: a copy for each part of the rows, by the thread that
+    runs it, in the forward passes; by _widened for the backward ones)."""
     return _param_ok(p, cnp.NPY_FLOAT32, d) or _param_ok(p, t, d)
 
 

@@ -680,7 +680,7 @@ def test_half_bitwise_identical_across_thread_counts(rng, name, shape):
     got = {}
     try:
         # 7 threads on fewer CPUs: threads run late, and a thread (the caller) may run several
-        # parts, widening the parameters again into the same buffer.
+        # parts, widening the parameters again into each part's own copy.
         for n in (1, 2, 7):
             fastln.set_num_threads(n)
             y = np.full(shape, np.nan, dt)
