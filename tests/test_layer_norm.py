@@ -256,6 +256,37 @@ def test_float64_large_offset(isa, rng, c, s, cols):
     np.testing.assert_allclose(y, expected * w + b, rtol=0, atol=1e-12)
 
 
+# float64 rows whose squares overflow (at 768 values, from |x| of about 1.5e153) take the exact
+# path, which scales the row by a power of two. Rows of one value there gave NaN (eps times the
+# scale squared underflowed to 0), a row with one value an ulp above the rest gave y = 2.68 where
+# the exact value is 2.24, and rows of c (1 + 1e-10 N(0, 1)) lost 1e-6 of their standard deviation
+# to the rounding of the mean (4.4e-16 at 1e150, where the squares do not overflow).
+@pytest.mark.parametrize("c", [1e153, 1e200, -1e300])
+def test_float64_rows_whose_squares_overflow(isa, rng, c):
+    cols = 768
+    x = np.full((2, cols), c)
+    for xx in (x, np.asfortranarray(x)):
+        y, m, r = fastln.layer_norm(xx, return_stats=True)
+        assert (y == 0).all()
+        np.testing.assert_array_equal(m, c)
+        np.testing.assert_allclose(r, 1 / np.sqrt(1e-5), rtol=1e-15)
+    b = _data(rng, cols, np.float64)
+    y, _ = fastln.layer_norm(x, None, b, residual=np.zeros_like(x))
+    np.testing.assert_array_equal(y, np.broadcast_to(b, x.shape))
+    x = np.full((2, 6), c)
+    x[:, 0] = np.nextafter(c, np.inf)
+    expected, _ = ref.exact_layer_norm(x, 0.0)
+    for xx in (x, np.asfortranarray(x)):
+        np.testing.assert_allclose(fastln.layer_norm(xx, eps=0.0), expected, rtol=0, atol=1e-13)
+    x = c * (1 + 1e-10 * rng.standard_normal((2, cols)))
+    expected, mean = ref.exact_layer_norm(x, 1e-5)
+    y, m, _ = fastln.layer_norm(x, return_stats=True)
+    np.testing.assert_allclose(y, expected, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(m, mean, rtol=1e-15, atol=0)
+    yf = fastln.layer_norm(np.asfortranarray(x))
+    np.testing.assert_allclose(yf, expected, rtol=0, atol=1e-12)
+
+
 def test_inputs_not_modified(isa, rng):
     x = _data(rng, (4, 17), np.float32)
     w = _data(rng, 17, np.float32)

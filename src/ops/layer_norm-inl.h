@@ -507,24 +507,20 @@ inline void ExactRow(const typename St::E *x, typename St::E *y, int64_t n,
   }
   // Two-pass with the compensation term of the corrected two-pass algorithm (Chan, Golub, LeVeque),
   // which also corrects the mean: ms is sum / n rounded, and a constant row then has x != ms (with
-  // eps = 0, y = (x - ms) / 0 came out -Inf beside a mean that was not x; now 0 / 0, NaN).
-  const double vs = (ss - comp * comp / double(n)) / double(n);
-  const double mc = ms + comp / double(n);
+  // eps = 0, y = (x - ms) / 0 came out -Inf beside a mean that was not x; now 0 / 0, NaN). The
+  // correction cn stays apart from ms, since x * s - ms is exact where the row is nearly constant
+  // and ms + cn, rounded, is not: rows of 1e200 and one value an ulp above gave y = 2.68 there and
+  // 0 elsewhere (exact: 2.24 and -0.45), and rows of x ~ 1e153 (squares that overflow, so they
+  // come here) lost 1e-6 of the standard deviation to that rounding.
+  const double cn = comp / double(n);
+  double vs = (ss - comp * cn) / double(n);
+  if (vs < 0) vs = 0;  // rounding
   const double es = eps * s1 * s1 * s2 * s2;  // eps in the scaled units
-  *mean_out = mc / s1 / s2;
-  if (IsFinite(es)) {
-    const double f = 1.0 / Sqrt(vs + es);  // (x*s1*s2 - mc) * f == (x - mean) * rstd
-    for (int64_t i = 0; i < n; ++i) {
-      double u = (double(St::ToT(x[i])) * s1 * s2 - mc) * f;
-      if (w) u *= double(w[i]);
-      if (b) u += double(b[i]);
-      y[i] = St::FromT(T(u));
-    }
-    *rstd_out = s1 * (s2 * f);
-  } else {
+  const double mean = (ms + cn) / s1 / s2;
+  *mean_out = mean;
+  if (!IsFinite(es)) {
     // The values are so small that eps * s^2 overflows: their variance is nothing next to eps.
     const double f = 1.0 / Sqrt(eps);
-    const double mean = mc / s1 / s2;
     for (int64_t i = 0; i < n; ++i) {
       double u = (double(St::ToT(x[i])) - mean) * f;
       if (w) u *= double(w[i]);
@@ -532,7 +528,26 @@ inline void ExactRow(const typename St::E *x, typename St::E *y, int64_t n,
       y[i] = St::FromT(T(u));
     }
     *rstd_out = f;
+    return;
   }
+  // (x*s1*s2 - ms - cn) * f == (x - mean) * rstd. A row of equal values has vs == 0 exactly (each
+  // x*s1*s2 - ms is the same few bits, and so are their sums), and where the values are large
+  // eps * s^2 underflows: rstd is then 1 / sqrt(eps) itself (1e200 gave 0 / 0).
+  double f, rstd;
+  if (vs == 0 && eps > 0) {
+    rstd = 1.0 / Sqrt(eps);
+    f = rstd / s1 / s2;
+  } else {
+    f = 1.0 / Sqrt(vs + es);
+    rstd = s1 * (s2 * f);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    double u = (double(St::ToT(x[i])) * s1 * s2 - ms - cn) * f;
+    if (w) u *= double(w[i]);
+    if (b) u += double(b[i]);
+    y[i] = St::FromT(T(u));
+  }
+  *rstd_out = rstd;
 }
 
 // Rows whose |mean| is at most kNear standard deviations take the normalize pass in its short form,
