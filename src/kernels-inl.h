@@ -44,6 +44,15 @@ template <class A> struct IsSame<A, A> { static constexpr bool value = true; };
 // with chunks of 256 steps, 2.6e-7 with 32, 6.8e-8 with 16 (Welford's recurrence: 8.2e-8).
 constexpr int kChunk = 16;
 
+// Blocks (steps per lane) after which a layer norm row's per-lane sums, and its running sum of
+// squares, go into double (see RowMoments). Summed in T over the whole row, a lane stopped taking
+// its values in: a float32 row of 2^27 ones had mean 0.5 with the scalar ISA (4 lanes), from 2^30
+// values with AVX2 and 2^31 with AVX-512, and rows of 3, -1, 3, ... from 2^25 + 64 values with the
+// scalar ISA (mean 1.17, exact 1). A lane now sums at most this many values in T. A multiple of
+// kChunk; rows shorter than that many blocks give the same bits as before.
+constexpr int64_t kFoldBlocks = 4096;
+static_assert(kFoldBlocks % kChunk == 0, "folds fall on chunk ends");
+
 // Below this, var + eps is too small for the fast path's squares: they would be denormal or zero in
 // T. Such rows (and rows with overflow, NaN or Inf) take the exact fallback path.
 template <class T> inline double TinyVar();

@@ -158,6 +158,24 @@ def test_rows_do_not_depend_on_where_arrays_lie(isa, rng, placed, dtype, cols, a
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_long_rows_do_not_depend_on_where_arrays_lie(isa, rng, placed, dtype):
+    # Rows of more than kFoldBlocks blocks (AVX-512: 262144 float32 values), whose per-lane sums go
+    # into double on the way: the loop for rows off a vector's boundary (RotatedSumsOf) must fold
+    # where the other does, to give the same bits.
+    cols = 2**18 + 1003
+    x = _data(rng, (3, cols), dtype, c=0.5, s=2.0)
+    x[1] += 1e4  # summed again about its mean: that pass folds too
+    want, want_mean, want_rstd = fastln.layer_norm(placed(x, 0), return_stats=True)
+    _check(want[[0, 2]], ref.layer_norm(x[[0, 2]]), dtype)
+    np.testing.assert_allclose(want[1], ref.layer_norm(x[1]), rtol=0, atol=10 * TOL[dtype])
+    for shift in (1, 3, 5):
+        y, mean, rstd = fastln.layer_norm(placed(x, shift), return_stats=True)
+        np.testing.assert_array_equal(mean, want_mean, err_msg=f"shift {shift}")
+        np.testing.assert_array_equal(rstd, want_rstd, err_msg=f"shift {shift}")
+        np.testing.assert_array_equal(y, want, err_msg=f"shift {shift}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_zero_rows(isa, dtype):
     x = np.empty((0, 16), dtype)
     y = fastln.layer_norm(x)
@@ -285,6 +303,23 @@ def test_float64_rows_whose_squares_overflow(isa, rng, c):
     np.testing.assert_allclose(m, mean, rtol=1e-15, atol=0)
     yf = fastln.layer_norm(np.asfortranarray(x))
     np.testing.assert_allclose(yf, expected, rtol=0, atol=1e-12)
+
+
+# The sums of a row are taken per vector lane in the row's compute type, and go into double every
+# kFoldBlocks steps (kernels-inl.h): summed over the whole row, a lane stopped taking its values in
+# (scalar ISA, 4 lanes: from 2^25 + 64 values of 3, -1, 3, ... the mean came out 1.17; AVX2 and
+# AVX-512 only from 2^28 values, too many for a test).
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_very_long_row(isa, dtype):
+    x = np.empty(2**25 + 64, dtype)
+    x[0::2] = 3
+    x[1::2] = -1
+    y, mean, rstd = fastln.layer_norm(x, return_stats=True)
+    assert float(mean) == 1.0
+    np.testing.assert_allclose(float(rstd), 1 / np.sqrt(4 + 1e-5), rtol=1e-6)
+    tol = 2e-3 if dtype == np.float16 else 1e-5
+    np.testing.assert_allclose(y[:4].astype(np.float64), [1, -1, 1, -1], rtol=tol)
+    assert np.array_equal(y[0::2], np.broadcast_to(y[0], y[0::2].shape))
 
 
 def test_inputs_not_modified(isa, rng):

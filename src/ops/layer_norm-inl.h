@@ -72,7 +72,8 @@ struct NoJob {
 // 1.4x slower at 16,16,16,16 (74.7 -> 103.6 and 146.7 -> 207.2 us): such rows take this loop too.
 template <bool kPrefetch, class Src, class Job>
 FASTLN_INLINE void SumRotated(const Src &src, int64_t nblocks, const Job &job,
-                             typename Src::S::V *ssum, typename Src::S::V *qsum) {
+                             typename Src::S::V *ssum, typename Src::S::V *qsum, double *sd,
+                             double *qd) {
   using S = typename Src::S;
   using V = typename S::V;
   constexpr int N = S::N;
@@ -107,12 +108,22 @@ FASTLN_INLINE void SumRotated(const Src &src, int64_t nblocks, const Job &job,
     if (j + 1 == nblocks) v = S::LowPart(v, h);
     if (j % kChunk == 0 && j > 0) {  // where RowMoments' other loop folds
       const V lo = S::LowPart(v, h), hi = S::HighPart(v, h);
-      r[0] = S::Add(r[0], v);
       rq[0] = S::MulAdd(lo, lo, rq[0]);
       join(rq);
       Q = S::Add(Q, AddAcc<S>(u));
       rq[0] = S::Mul(hi, hi);
       for (int a = 1; a < kAcc; ++a) rq[a] = S::Zero();
+      if (j % kFoldBlocks == 0) {
+        r[0] = S::Add(r[0], lo);
+        join(r);
+        *sd += S::ReduceSumDouble(AddAcc<S>(u));
+        *qd += S::ReduceSumDouble(Q);
+        Q = S::Zero();
+        r[0] = S::Add(S::Zero(), hi);
+        for (int a = 1; a < kAcc; ++a) r[a] = S::Zero();
+      } else {
+        r[0] = S::Add(r[0], v);
+      }
     } else {
       add(0, v);
     }
@@ -146,6 +157,7 @@ inline Moments RowMoments(const Src &src, int64_t n, typename Src::T pivot, cons
   // by 5.5e-6, over the 3e-6 it allows; it passes with these and the extra passes of
   // LayerNormRowsT, added together.
   double Qd = 0.0;
+  double Sd = 0.0;     // the sums of the folds of kFoldBlocks blocks
   int64_t pos = 0;     // index of the next block
   V ssum = S::Zero(), qsum = S::Zero();
   if constexpr (!kShift && RotatedSumsOf<Src>::value) {
@@ -160,9 +172,9 @@ inline Moments RowMoments(const Src &src, int64_t n, typename Src::T pivot, cons
     // -> 11.55; rows that prefetch (8x16384, 128x1536, 8192x1024) within 2%.
     if (nblocks > 0) {
       if (prefetch) {
-        SumRotated<true>(src, nblocks, job, &ssum, &qsum);
+        SumRotated<true>(src, nblocks, job, &ssum, &qsum, &Sd, &Qd);
       } else {
-        SumRotated<false>(src, nblocks, job, &ssum, &qsum);
+        SumRotated<false>(src, nblocks, job, &ssum, &qsum, &Sd, &Qd);
       }
     }
     pos = nblocks * kBlock;
@@ -207,6 +219,14 @@ inline Moments RowMoments(const Src &src, int64_t n, typename Src::T pivot, cons
           Q = S::Add(Q, qc);
         }
         for (int a = 0; a < kAcc; ++a) q[a] = S::Zero();
+        if ((j + kChunk - 1) % kFoldBlocks == 0) {
+          Sd += S::ReduceSumDouble(AddAcc<S>(s));
+          for (int a = 0; a < kAcc; ++a) s[a] = S::Zero();
+          if (!kShift) {
+            Qd += S::ReduceSumDouble(Q);
+            Q = S::Zero();
+          }
+        }
       }
       for (; j < nblocks; ++j) step(j);
     };
@@ -225,7 +245,7 @@ inline Moments RowMoments(const Src &src, int64_t n, typename Src::T pivot, cons
   if (nblocks > 0) {
     const double cnt = double(nblocks * kBlock);
     const double inv_cnt = 1.0 / cnt;  // off the row's latency chain, unlike a division by cnt
-    const double sd = S::ReduceSumDouble(ssum), q = S::ReduceSumDouble(qsum) + Qd;
+    const double sd = S::ReduceSumDouble(ssum) + Sd, q = S::ReduceSumDouble(qsum) + Qd;
     const double m2 = q - sd * sd * inv_cnt;
     // + 0 turns the mean of a row of -0 into +0, as the tail's sums (which start from +0) give: so
     // the result does not depend on how an ISA's blocks cut the row.
