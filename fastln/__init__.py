@@ -17,6 +17,7 @@ import functools
 import math
 import operator
 import os
+import re
 from typing import Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -52,6 +53,7 @@ _find_built_package()
 from . import _add_norm, _core, _cuda_api, _training  # noqa: E402
 from ._args import (  # noqa: E402
     apart_from,
+    as_array,
     as_float_array,
     check_eps,
     check_out,
@@ -297,6 +299,17 @@ def _cache_limit_from_env() -> None:
 _cache_limit_from_env()
 
 
+def _check_stream_mib_env() -> None:
+    # Read by the C library (src/dispatch.cpp), which cannot raise and would take a value that is
+    # not a whole number as unset: refused here, as a bad FASTLN_ISA or FASTLN_CACHE_MB is.
+    value = os.environ.get("FASTLN_STREAM_MIB")
+    if value and not re.fullmatch(r"\s*[+-]?[0-9]+", value):
+        raise ImportError(f"fastln: FASTLN_STREAM_MIB={value!r} is not a whole number of MiB")
+
+
+_check_stream_mib_env()
+
+
 def layer_norm(
     x: ArrayLike,
     weight: Optional[ArrayLike] = None,
@@ -361,8 +374,7 @@ def layer_norm(
         return _cuda_api.layer_norm(x, weight, bias, eps, axis=axis, out=out,
                                     return_stats=return_stats, residual=residual,
                                     residual_out=residual_out)
-    if not isinstance(x, np.ndarray):
-        x = np.asarray(x)  # a list of float16 values is float16 x
+    x = as_array(x, "x")  # a list of float16 values is float16 x
     if residual is not None or residual_out is not None or _add_norm.is_16bit(x):
         return _add_norm.norm(
             False, x, weight, bias, eps, axis, out, return_stats, residual, residual_out

@@ -15,6 +15,7 @@ from ._args import (
     F32,
     F64,
     apart_from,
+    as_array,
     check_eps,
     check_out,
     is_bfloat16,
@@ -45,8 +46,7 @@ def is_16bit(x) -> bool:
 
 
 def as_input(x, what: str) -> np.ndarray:
-    if not isinstance(x, np.ndarray):
-        x = np.asarray(x)
+    x = as_array(x, what)
     if storage_format(x.dtype) is None:
         raise unsupported(what, x.dtype)
     return x
@@ -90,8 +90,7 @@ def norm(rms, x, weight, bias, eps, axis, out, return_stats, residual, residual_
         if residual_out is not None:
             raise ValueError("residual_out= needs residual=")
     else:
-        if not isinstance(residual, np.ndarray):
-            residual = np.asarray(residual)
+        residual = as_array(residual, "residual")
         if residual.dtype != x.dtype:
             raise TypeError(
                 f"residual has dtype {residual.dtype} but x has dtype {x.dtype}: "

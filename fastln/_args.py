@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import operator
+import sys
 from typing import Optional
 
 import numpy as np
@@ -21,13 +22,26 @@ F32 = np.dtype(np.float32)
 F64 = np.dtype(np.float64)
 SUPPORTED = (F32, F64)
 
+def as_array(a, what: str) -> np.ndarray:
+    """a as an ndarray in the machine's byte order (a copy where it was not: the kernels read
+    native values, and know float16 and bfloat16 by their dtype alone). A masked array is refused,
+    since its mask would be dropped."""
+    ma = sys.modules.get("numpy.ma")  # no masked array exists before numpy.ma is imported
+    if ma is not None and isinstance(a, ma.MaskedArray):
+        raise TypeError(
+            f"{what} is a masked array, whose mask fastln would ignore; pass {what}.filled(value) "
+            f"or {what}.data"
+        )
+    if not isinstance(a, np.ndarray):
+        a = np.asarray(a)
+    if not a.dtype.isnative:
+        a = a.astype(a.dtype.newbyteorder("="))
+    return a
+
+
 def as_float_array(x, what: str) -> np.ndarray:
-    if not isinstance(x, np.ndarray):
-        x = np.asarray(x)
+    x = as_array(x, what)
     if x.dtype not in SUPPORTED:
-        native = x.dtype.newbyteorder("=")
-        if native in SUPPORTED:  # byte-swapped float32/float64: the kernels read native order
-            return x.astype(native)
         raise unsupported(what, x.dtype)
     return x
 
@@ -54,6 +68,8 @@ def apart_from(p: Optional[np.ndarray], *outputs) -> Optional[np.ndarray]:
 
 
 def normalize_axis(axis, ndim: int) -> int:
+    if isinstance(axis, bool):  # an int to operator.index, and NumPy's axis= refuses it
+        raise TypeError("axis must be an integer, not bool")
     try:
         ax = operator.index(axis)
     except TypeError:
@@ -75,10 +91,10 @@ def check_eps(eps) -> float:
     return e
 
 
-def as_real(p) -> np.ndarray:
+def as_real(p, name: str) -> np.ndarray:
     """p as an ndarray; bfloat16 (ml_dtypes, not a NumPy float kind) widened to float32, exactly,
     so that a weight or bias of it is taken wherever a float16 one is."""
-    a = p if isinstance(p, np.ndarray) else np.asarray(p)
+    a = p if type(p) is np.ndarray and p.dtype.isnative else as_array(p, name)
     if is_bfloat16(a.dtype):
         a = a.astype(F32)
     return a
@@ -88,7 +104,7 @@ def param(p, name: str, shape: tuple, dtype: np.dtype) -> Optional[np.ndarray]:
     """weight/bias as a contiguous 1-D array of x's dtype, or None."""
     if p is None:
         return None
-    a = as_real(p)
+    a = as_real(p, name)
     if a.dtype.kind not in "fiu" or a.dtype.kind == "f" and a.dtype.itemsize > 8:
         raise TypeError(f"{name} has dtype {a.dtype}; expected a real floating dtype")
     if a.shape != shape:
@@ -127,6 +143,11 @@ def check_out(out, x: np.ndarray, what: str = "out") -> np.ndarray:
     if not isinstance(out, np.ndarray):
         raise TypeError(f"{what} must be a numpy.ndarray, not {type(out).__name__}")
     if out.dtype != x.dtype:
+        if out.dtype.newbyteorder("=") == x.dtype:
+            raise TypeError(
+                f"{what} has dtype {out.dtype}, not in the machine's byte order; fastln writes "
+                "native values"
+            )
         raise TypeError(f"{what} has dtype {out.dtype} but x has dtype {x.dtype}")
     if out.shape != x.shape:
         raise ValueError(f"{what} has shape {out.shape} but x has shape {x.shape}")

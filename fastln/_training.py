@@ -19,7 +19,9 @@ from ._args import (
     F32,
     SUPPORTED,
     apart_from,
+    as_array,
     as_float_array,
+    as_real,
     check_eps,
     check_out,
     param,
@@ -50,9 +52,11 @@ def _rows_out(x2: np.ndarray, y: np.ndarray, rows: int, cols: int) -> Optional[n
 def _stat(s, name: str, shape: tuple, norm_ndim: int, dtype: np.dtype) -> np.ndarray:
     """mean or rstd as a contiguous 1-D array of dtype (x's; float32 for 16-bit x). Takes the shape
     x.shape[:axis], or that shape followed by ones (torch's keepdim statistics)."""
-    a = s if isinstance(s, np.ndarray) else np.asarray(s)
+    a = as_real(s, name)
     if a.dtype.kind != "f" or a.dtype.itemsize > 8:
-        raise TypeError(f"{name} has dtype {a.dtype}; expected float32 or float64")
+        raise TypeError(
+            f"{name} has dtype {a.dtype}; expected float32, float64, float16 or bfloat16"
+        )
     if a.shape != shape and a.shape != shape + (1,) * norm_ndim:
         raise ValueError(f"{name} has shape {a.shape}; expected {shape} for these x and axis")
     return np.ascontiguousarray(a, dtype=dtype).reshape(-1)
@@ -101,8 +105,7 @@ def rms_norm(
     >>> fastln.rms_norm(x, eps=0.0).round(4)
     array([[0.8485, 1.1314]], dtype=float32)
     """
-    if not isinstance(x, np.ndarray):
-        x = np.asarray(x)  # a list of float16 values is float16 x
+    x = as_array(x, "x")  # a list of float16 values is float16 x
     if residual is not None or residual_out is not None or _add_norm.is_16bit(x):
         return _add_norm.norm(
             True, x, weight, None, eps, axis, out, return_stats, residual, residual_out
@@ -133,8 +136,8 @@ def _backward(dy, x, mean, rstd, weight, axis, center: bool):
     got = _core.norm_backward_fast(dy, x, mean, rstd, weight, axis, center)
     if got is not None:
         return got
-    x = x if isinstance(x, np.ndarray) else np.asarray(x)
-    dy = dy if isinstance(dy, np.ndarray) else np.asarray(dy)
+    x = as_array(x, "x")
+    dy = as_array(dy, "dy")
     if _add_norm.is_16bit(x) or _add_norm.is_16bit(dy):
         # float16 and bfloat16 dy and x go to the kernels as they are (widened in registers, dx
         # rounded once); the statistics, weight and gradients are float32.

@@ -51,6 +51,32 @@ def test_axis_out_of_range(axis):
 def test_axis_type():
     with pytest.raises(TypeError):
         fastln.layer_norm(X, axis=1.0)
+    # bool is an int to operator.index, and was taken as axis 1; NumPy's axis= refuses it.
+    for f in (fastln.layer_norm, fastln.rms_norm):
+        with pytest.raises(TypeError, match="bool"):
+            f(X, axis=True)
+
+
+def test_masked_arrays_are_refused():
+    # np.asarray drops the mask, and the masked values then took part in the statistics.
+    m = np.ma.masked_array(X, mask=np.zeros(X.shape, bool))
+    m[0, 3] = np.ma.masked
+    for call in (
+        lambda: fastln.layer_norm(m),
+        lambda: fastln.rms_norm(m),
+        lambda: fastln.layer_norm(X, weight=m[0]),
+        lambda: fastln.layer_norm(X, residual=m),
+        lambda: fastln.layer_norm_backward(m, X, np.zeros(4, np.float32), np.ones(4, np.float32)),
+    ):
+        with pytest.raises(TypeError, match="masked array"):
+            call()
+
+
+def test_non_native_out():
+    # x of either byte order is read; outputs are written in the machine's.
+    with pytest.raises(TypeError, match="byte order"):
+        swapped = X.dtype.newbyteorder()
+        fastln.layer_norm(X.astype(swapped), out=np.empty(X.shape, swapped))
 
 
 @pytest.mark.parametrize("eps", [-1e-5, float("nan"), float("inf"), -float("inf")])

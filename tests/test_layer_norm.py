@@ -473,6 +473,34 @@ def test_byte_swapped_and_list_inputs(isa, rng):
     y = fastln.layer_norm(x.astype(">f4"))
     assert y.dtype == np.float32
     np.testing.assert_array_equal(y, fastln.layer_norm(x))
+    # The other byte order of every dtype and argument: float16 x was refused as unsupported, the
+    # residual's as a dtype unlike x's, and bfloat16 was read as if native (y of 1e-26 and 3e18).
+    swapped = lambda a: a.astype(a.dtype.newbyteorder())  # noqa: E731
+    dtypes = [np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16)]
+    try:
+        import ml_dtypes
+
+        dtypes.append(np.dtype(ml_dtypes.bfloat16))
+    except ImportError:
+        pass
+    for dt in dtypes:
+        xd, r = x.astype(dt), _data(rng, x.shape, np.float32).astype(dt)
+        pdt = np.float32 if dt.itemsize == 2 else dt
+        w = _data(rng, 17, pdt)
+        for f in (fastln.layer_norm, fastln.rms_norm):
+            want_y, want_h = f(xd, w, residual=r)
+            got_y, got_h = f(swapped(xd), swapped(w), residual=swapped(r))
+            assert got_y.dtype == dt and got_h.dtype == dt
+            np.testing.assert_array_equal(got_y, want_y)
+            np.testing.assert_array_equal(got_h, want_h)
+            np.testing.assert_array_equal(f(swapped(xd)), f(xd))
+        y, mean, rstd = fastln.layer_norm(xd, return_stats=True)
+        dy = r
+        want = fastln.layer_norm_backward(dy, xd, mean, rstd, w)
+        got = fastln.layer_norm_backward(swapped(dy), swapped(xd), swapped(mean), swapped(rstd),
+                                         swapped(w))
+        for g, e in zip(got, want):
+            np.testing.assert_array_equal(g, e)
     y16 = fastln.layer_norm([list(r) for r in x.astype(np.float16)])
     assert y16.dtype == np.float16
     np.testing.assert_array_equal(y16, fastln.layer_norm(x.astype(np.float16)))

@@ -58,6 +58,15 @@ def test_environment_variable(value, want):
     assert [int(v) for v in out] == [want, want]
 
 
+@pytest.mark.parametrize("value", ["abc", "1e3", "5 MiB", "2.5"])
+def test_environment_variable_that_is_not_a_count(value):
+    # The C library, which reads it, cannot raise, and took such a value as unset.
+    env = dict(os.environ, FASTLN_STREAM_MIB=value)
+    r = subprocess.run([sys.executable, "-c", "import fastln"], env=env, capture_output=True,
+                       text=True)
+    assert r.returncode != 0 and "FASTLN_STREAM_MIB" in r.stderr
+
+
 def _dtypes():
     out = [np.float32, np.float64, np.float16]
     try:
