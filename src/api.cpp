@@ -49,6 +49,7 @@ bool ForkedChild() { return false; }
 #endif
 
 std::atomic<int> g_num_threads{0};
+constexpr int kMaxThreads = 1024;  // the pool's word holds the count in 16 bits
 
 // The thread count follows OpenMP's settings (OMP_NUM_THREADS, omp_set_num_threads, threadpoolctl)
 // unless fastln_set_num_threads set one. Inside a caller's OpenMP parallel region a call runs on
@@ -56,7 +57,6 @@ std::atomic<int> g_num_threads{0};
 int MaxThreads() {
   const int n = g_num_threads.load(std::memory_order_relaxed);
 #ifdef _OPENMP
-  constexpr int kMaxThreads = 1024;  // the pool's word holds the count in 16 bits
   if (ForkedChild() || omp_in_parallel()) return 1;
   const int m = n > 0 ? n : omp_get_max_threads();
   return m < kMaxThreads ? m : kMaxThreads;
@@ -101,6 +101,16 @@ struct PoolReaper {
   }
 } g_pool_reaper;
 #endif
+
+// Which thread runs a part: 0 for the caller, i in [1, n) for the pool's threads in a call of n
+// parts, so that whatever a thread keeps for the call can be found by it in one of n slots.
+inline int Worker() {
+#ifdef _OPENMP
+  return ThreadPool::Worker();
+#else
+  return 0;
+#endif
+}
 
 // body(i, n) for i in [0, n) on n threads, or body(0, 1) alone on this one when the pool is taken.
 template <class Body>
@@ -320,8 +330,8 @@ struct Params16 {
 
 thread_local Workspace t_params;
 
-// `fn` with the 16-bit weight and bias widened to float: a copy for each part of the rows, widened
-// by the thread that runs the part. Widened once by the caller, they were lines just written in
+// `fn` with the 16-bit weight and bias widened to float: a copy for each thread that takes part,
+// widened by that thread. Widened once by the caller, they were lines just written in
 // the caller's cache, and every other thread fetched them from there on every call. Measured on the
 // Xeon guest (family 6 model 167, 2026-12-06, float16, weight and bias, out=, best of 11 rounds, 1
 // thread against 2, us): 8x16384 22.2 against 43.7, 4x4096 4.2 against 8.1, 8x4096 6.7 against
@@ -344,16 +354,19 @@ int WithParams16(const AddNormArgs<T, float> &a, const Params16 &p, int64_t rows
   if (!raw) return FASTLN_ERR_NO_MEMORY;
   float *const base =
       reinterpret_cast<float *>((reinterpret_cast<uintptr_t>(raw) + 63) & ~uintptr_t(63));
-  RowParts(nt, rows, [&](int i, int64_t r0, int64_t r1) {
-    float *const buf = base + i * 2 * stride;
+  // Whether a thread's copy is widened yet in this call: a thread that runs a second part (the
+  // caller, taking one a late pool thread left) reuses it. Each entry is touched by one thread.
+  bool widened[kMaxThreads] = {};
+  RowParts(nt, rows, [&](int, int64_t r0, int64_t r1) {
+    const int s = Worker();
+    float *const buf = base + s * 2 * stride;
     AddNormArgs<T, float> c = a;
-    if (p.w) {
-      widen(p.w, buf, n);
-      c.weight = buf;
-    }
-    if (p.b) {
-      widen(p.b, buf + stride, n);
-      c.bias = buf + stride;
+    c.weight = p.w ? buf : c.weight;
+    c.bias = p.b ? buf + stride : c.bias;
+    if (!widened[s]) {
+      if (p.w) widen(p.w, buf, n);
+      if (p.b) widen(p.b, buf + stride, n);
+      widened[s] = true;
     }
     fn(c, r0, r1);
   });

@@ -41,6 +41,10 @@ inline void CpuRelax() {
 
 class ThreadPool {
  public:
+  // Which of the pool's threads this is: 0 on the thread that called Run (or any other thread),
+  // i in [1, n) on a pool thread taking part in a call of n parts.
+  static int Worker() { return worker_; }
+
   // task(ctx, i, n) for i in [0, n): part 0 on the calling thread, each other part on whichever
   // thread claims it first (the caller's included). Returns false, having run nothing, when
   // another thread is using the pool or its threads could not be started; the caller then runs
@@ -208,6 +212,7 @@ class ThreadPool {
   }
 
   void Loop(int index, uint64_t seen) {
+    worker_ = index;
     for (bool took_part = true;;) {
       seen = Await(seen, took_part);
       if (stop_.load(std::memory_order_acquire)) return;
@@ -225,6 +230,7 @@ class ThreadPool {
     }
   }
 
+  static inline thread_local int worker_ = 0;
   std::atomic<bool> busy_{false};
   std::atomic<bool> stop_{false};
   alignas(64) std::atomic<uint64_t> ticket_{0};
