@@ -21,7 +21,6 @@ from ._args import (
     apart_from,
     as_array,
     as_float_array,
-    as_real,
     check_eps,
     check_out,
     param,
@@ -52,11 +51,9 @@ def _rows_out(x2: np.ndarray, y: np.ndarray, rows: int, cols: int) -> Optional[n
 def _stat(s, name: str, shape: tuple, norm_ndim: int, dtype: np.dtype) -> np.ndarray:
     """mean or rstd as a contiguous 1-D array of dtype (x's; float32 for 16-bit x). Takes the shape
     x.shape[:axis], or that shape followed by ones (torch's keepdim statistics)."""
-    a = as_real(s, name)
+    a = as_array(s, name)
     if a.dtype.kind != "f" or a.dtype.itemsize > 8:
-        raise TypeError(
-            f"{name} has dtype {a.dtype}; expected float32, float64, float16 or bfloat16"
-        )
+        raise TypeError(f"{name} has dtype {a.dtype}; expected float32, float64 or float16")
     if a.shape != shape and a.shape != shape + (1,) * norm_ndim:
         raise ValueError(f"{name} has shape {a.shape}; expected {shape} for these x and axis")
     return np.ascontiguousarray(a, dtype=dtype).reshape(-1)
