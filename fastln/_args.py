@@ -22,16 +22,17 @@ F32 = np.dtype(np.float32)
 F64 = np.dtype(np.float64)
 SUPPORTED = (F32, F64)
 
+def refuse_masked(a, what: str, fix: str) -> None:
+    ma = sys.modules.get("numpy.ma")  # no masked array exists before numpy.ma is imported
+    if ma is not None and isinstance(a, ma.MaskedArray):
+        raise TypeError(f"{what} is a masked array, whose mask fastln would ignore; {fix}")
+
+
 def as_array(a, what: str) -> np.ndarray:
     """a as an ndarray in the machine's byte order (a copy where it was not: the kernels read
     native values, and know float16 and bfloat16 by their dtype alone). A masked array is refused,
     since its mask would be dropped."""
-    ma = sys.modules.get("numpy.ma")  # no masked array exists before numpy.ma is imported
-    if ma is not None and isinstance(a, ma.MaskedArray):
-        raise TypeError(
-            f"{what} is a masked array, whose mask fastln would ignore; pass {what}.filled(value) "
-            f"or {what}.data"
-        )
+    refuse_masked(a, what, f"pass {what}.filled(value) or {what}.data")
     if not isinstance(a, np.ndarray):
         a = np.asarray(a)
     if not a.dtype.isnative:
@@ -142,6 +143,9 @@ def same_block(a: np.ndarray, b: np.ndarray) -> bool:
 def check_out(out, x: np.ndarray, what: str = "out") -> np.ndarray:
     if not isinstance(out, np.ndarray):
         raise TypeError(f"{what} must be a numpy.ndarray, not {type(out).__name__}")
+    # Every value is written, and the mask would be returned as it was: values computed but hidden
+    # where it is set, and visible where it is not whatever they were before.
+    refuse_masked(out, what, f"pass {what}.data to write its values")
     if out.dtype != x.dtype:
         if out.dtype.newbyteorder("=") == x.dtype:
             raise TypeError(

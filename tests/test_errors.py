@@ -67,6 +67,10 @@ def test_masked_arrays_are_refused():
         lambda: fastln.layer_norm(X, weight=m[0]),
         lambda: fastln.layer_norm(X, residual=m),
         lambda: fastln.layer_norm_backward(m, X, np.zeros(4, np.float32), np.ones(4, np.float32)),
+        lambda: fastln.layer_norm(X, out=m),
+        lambda: fastln.rms_norm(X, out=m),
+        lambda: fastln.layer_norm(X, residual=X.copy(), residual_out=m),
+        lambda: fastln.layer_norm(X.astype(np.float16), out=m.astype(np.float16)),
     ):
         with pytest.raises(TypeError, match="masked array"):
             call()
