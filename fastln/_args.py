@@ -143,8 +143,8 @@ def same_block(a: np.ndarray, b: np.ndarray) -> bool:
 def check_out(out, x: np.ndarray, what: str = "out") -> np.ndarray:
     if not isinstance(out, np.ndarray):
         raise TypeError(f"{what} must be a numpy.ndarray, not {type(out).__name__}")
-    # Every value is written, and the mask would be returned as it was: values computed but hidden
-    # where it is set, and visible where it is not whatever they were before.
+    # Every value would be written and the mask returned as it was, so values computed under a set
+    # mask would stay hidden.
     refuse_masked(out, what, f"pass {what}.data to write its values")
     if out.dtype != x.dtype:
         if out.dtype.newbyteorder("=") == x.dtype:
