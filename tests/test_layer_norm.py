@@ -278,8 +278,9 @@ def test_float64_large_offset(isa, rng, c, s, cols):
 # path, which scales the row by a power of two. Rows of one value there gave NaN (eps times the
 # scale squared underflowed to 0), a row with one value an ulp above the rest gave y = 2.68 where
 # the exact value is 2.24, and rows of c (1 + 1e-10 N(0, 1)) lost 1e-6 of their standard deviation
-# to the rounding of the mean (4.4e-16 at 1e150, where the squares do not overflow).
-@pytest.mark.parametrize("c", [1e153, 1e200, -1e300])
+# to the rounding of the mean (4.4e-16 at 1e150, where the squares do not overflow). Rows of one
+# value from about 5.7e305 gave NaN too: there rstd times the scale's inverse overflowed.
+@pytest.mark.parametrize("c", [1e153, 1e200, -1e300, 1e306, -1.6e308])
 def test_float64_rows_whose_squares_overflow(isa, rng, c):
     cols = 768
     x = np.full((2, cols), c)
@@ -303,6 +304,20 @@ def test_float64_rows_whose_squares_overflow(isa, rng, c):
     np.testing.assert_allclose(m, mean, rtol=1e-15, atol=0)
     yf = fastln.layer_norm(np.asfortranarray(x))
     np.testing.assert_allclose(yf, expected, rtol=0, atol=1e-12)
+
+
+# A row of one value gives y = 0 (then b) whatever eps and the row's length: with a small eps,
+# 1 / sqrt(eps) times the value overflows (x * rstd went Inf and the mean's subtraction made NaN).
+@pytest.mark.parametrize("c,eps", [(1e200, 1e-300), (1e160, 1e-300), (-1e305, 1e-12),
+                                   (1.6e308, 1e-5), (3e-300, 1e-300)])
+@pytest.mark.parametrize("cols", [1, 2, 7, 64])
+def test_float64_constant_rows_with_small_eps(isa, rng, c, eps, cols):
+    x = np.full((3, cols), c)
+    b = _data(rng, cols, np.float64)
+    for xx in (x, np.asfortranarray(x)):
+        np.testing.assert_array_equal(fastln.layer_norm(xx, eps=eps), np.zeros_like(x))
+        np.testing.assert_array_equal(fastln.layer_norm(xx, None, b, eps=eps),
+                                      np.broadcast_to(b, x.shape))
 
 
 # The sums of a row are taken per vector lane in the row's compute type, and go into double every

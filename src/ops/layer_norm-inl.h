@@ -552,22 +552,29 @@ inline void ExactRow(const typename St::E *x, typename St::E *y, int64_t n,
   }
   // (x*s1*s2 - ms - cn) * f == (x - mean) * rstd. A row of equal values has vs == 0 exactly (each
   // x*s1*s2 - ms is the same few bits, and so are their sums), and where the values are large
-  // eps * s^2 underflows: rstd is then 1 / sqrt(eps) itself (1e200 gave 0 / 0).
-  double f, rstd;
+  // eps * s^2 underflows: rstd is then 1 / sqrt(eps) itself (1e200 gave 0 / 0). Its factor
+  // rstd / s can overflow there (rows of one value at 1e306: rstd 316, 1 / s = 2^1017), and
+  // 0 * Inf gave NaN: the row's deviations are scaled back after rstd, not before, so that each
+  // product stays in range and a constant row gives 0.
   if (vs == 0 && eps > 0) {
-    rstd = 1.0 / Sqrt(eps);
-    f = rstd / s1 / s2;
-  } else {
-    f = 1.0 / Sqrt(vs + es);
-    rstd = s1 * (s2 * f);
+    const double rstd = 1.0 / Sqrt(eps);
+    for (int64_t i = 0; i < n; ++i) {
+      double u = (double(St::ToT(x[i])) * s1 * s2 - ms - cn) * rstd / s1 / s2;
+      if (w) u *= double(w[i]);
+      if (b) u += double(b[i]);
+      y[i] = St::FromT(T(u));
+    }
+    *rstd_out = rstd;
+    return;
   }
+  const double f = 1.0 / Sqrt(vs + es);
   for (int64_t i = 0; i < n; ++i) {
     double u = (double(St::ToT(x[i])) * s1 * s2 - ms - cn) * f;
     if (w) u *= double(w[i]);
     if (b) u += double(b[i]);
     y[i] = St::FromT(T(u));
   }
-  *rstd_out = rstd;
+  *rstd_out = s1 * (s2 * f);
 }
 
 // Rows whose |mean| is at most kNear standard deviations take the normalize pass in its short form,
