@@ -11,6 +11,7 @@
 
 #include <stdint.h>
 
+#include <limits>
 #include <type_traits>
 
 #include "kernel_table.h"

@@ -280,7 +280,47 @@ def test_large_offset_against_exact_gradient(isa, rng, dtype, c, s, tol, n):
         assert one[0].tobytes() == dx[r:r + 1].tobytes()
 
 
-def test_zero_rows_and_nan(isa, rng):
+# Rows whose spread is far from 1, each row scaled by a power of two (exact), so that xhat, dweight
+# and dbias are those of the unscaled rows and dx is theirs divided by the scale. The usual form's
+# rstd^3 overflowed or underflowed there: float64 std 2^365 (1e110) gave dx 6% off, 2^-365 NaN;
+# float32 2^83 (1e25) 6% off, 2^-73 Inf, and 2^120 (1e36) with dy ~ 100 an Inf dweight. Scaled
+# rows sit among plain ones, in a group of four and alone, so both kinds of group meet them.
+@pytest.mark.parametrize("dtype,ks", [(np.float64, (365, -365, 1000)),
+                                      (np.float32, (83, -73, 120, 66))])
+@pytest.mark.parametrize("n", [5, 64, 300])
+@pytest.mark.parametrize("rms", [False, True])
+def test_rows_of_extreme_spread(isa, rng, dtype, ks, n, rms):
+    scale = np.ones(4 + 2 * len(ks))
+    scale[1] = 2.0 ** ks[0]
+    scale[4:4 + len(ks)] = 2.0 ** np.array(ks, np.float64)
+    z = rng.standard_normal((len(scale), n)) + 0.5
+    x = (z * scale[:, None]).astype(dtype)
+    w = (1 + 0.5 * rng.standard_normal(n)).astype(dtype)
+    dy = (100 * rng.standard_normal(x.shape)).astype(dtype)
+    zf, dyf, wf = z.astype(dtype).astype(np.float64), dy.astype(np.float64), w.astype(np.float64)
+    if rms:
+        _, r = fastln.rms_norm(x, w, eps=0.0, return_stats=True)
+        got = fastln.rms_norm_backward(dy, x, r, w)
+        _, re = fastln.rms_norm(zf, wf, eps=0.0, return_stats=True)
+        want = ref.rms_norm_backward(dyf, zf, re, wf)
+    else:
+        _, m, r = fastln.layer_norm(x, w, eps=0.0, return_stats=True)
+        got = fastln.layer_norm_backward(dy, x, m, r, w)
+        _, me, re = fastln.layer_norm(zf, wf, eps=0.0, return_stats=True)
+        want = ref.layer_norm_backward(dyf, zf, me, re, wf)
+    tol = REF_TOL[dtype]
+    dx = got[0].astype(np.float64) * scale[:, None]
+    for i in range(len(scale)):
+        close(dx[i], want[0][i], tol, dx_scale(dyf[i], re[i], wf))
+    for g, e in zip(got[1:], want[1:]):
+        close(g, e, tol)
+    # A call with such a row takes its rows one at a time; each row's dx has its bits of a call of
+    # its own (where a plain row goes in the usual groups).
+    for i in range(len(scale)):
+        s = slice(i, i + 1)
+        one = (fastln.rms_norm_backward(dy[s], x[s], r[s], w) if rms else
+               fastln.layer_norm_backward(dy[s], x[s], m[s], r[s], w))
+        assert one[0].tobytes() == got[0][s].tobytes()
     x = np.zeros((0, 8), np.float32)
     s = np.zeros(0, np.float32)
     dx, dw, db = fastln.layer_norm_backward(x, x, s, s, np.ones(8, np.float32))
