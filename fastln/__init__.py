@@ -167,6 +167,8 @@ def set_isa(name: Optional[str]) -> None:
     """
     if name is not None and not isinstance(name, str):
         raise TypeError(f"ISA name must be a str or None, not {type(name).__name__}")
+    if name is not None:
+        name = str(name)  # a subclass (numpy.str_) as the plain str the binding takes
     if name is not None and "\0" in name:  # C would read "avx2\0junk" as "avx2"
         raise ValueError(f"unknown ISA {name!r}; known: {', '.join(_ISAS)}")
     status = _core.set_isa(name)
@@ -179,6 +181,8 @@ def set_isa(name: Optional[str]) -> None:
 
 def set_num_threads(n: int) -> None:
     """Use at most n threads; n = 0 follows OpenMP again (OMP_NUM_THREADS, threadpoolctl)."""
+    if isinstance(n, (bool, np.bool_)):  # operator.index(True) is 1; axis=True is refused too
+        raise TypeError("number of threads must be an int, not bool")
     n = operator.index(n)
     if n < 0:
         raise ValueError(f"number of threads must be >= 0, got {n}")

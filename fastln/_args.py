@@ -87,6 +87,8 @@ def check_eps(eps) -> float:
         e = float(eps)
     except (TypeError, ValueError):
         raise TypeError(f"eps must be a real number, not {type(eps).__name__}") from None
+    except OverflowError:  # an int past float's range
+        raise ValueError(f"eps must be finite and >= 0, got {eps!r}") from None
     if not math.isfinite(e) or e < 0:
         raise ValueError(f"eps must be finite and >= 0, got {eps!r}")
     return e
@@ -107,7 +109,10 @@ def param(p, name: str, shape: tuple, dtype: np.dtype) -> Optional[np.ndarray]:
         return None
     a = as_real(p, name)
     if a.dtype.kind not in "fiu" or a.dtype.kind == "f" and a.dtype.itemsize > 8:
-        raise TypeError(f"{name} has dtype {a.dtype}; expected a real floating dtype")
+        raise TypeError(
+            f"{name} has dtype {a.dtype}; expected float16, bfloat16, float32, float64 or an "
+            "integer dtype"
+        )
     if a.shape != shape:
         raise ValueError(
             f"{name} has shape {a.shape} but the normalized shape of x is {shape}"

@@ -51,6 +51,8 @@ def _rows_out(x2: np.ndarray, y: np.ndarray, rows: int, cols: int) -> Optional[n
 def _stat(s, name: str, shape: tuple, norm_ndim: int, dtype: np.dtype) -> np.ndarray:
     """mean or rstd as a contiguous 1-D array of dtype (x's; float32 for 16-bit x). Takes the shape
     x.shape[:axis], or that shape followed by ones (torch's keepdim statistics)."""
+    if s is None:  # as_array would make it an object array and the message name its dtype
+        raise TypeError(f"{name} is required: pass the {name} that the forward pass returned")
     a = as_array(s, name)
     if a.dtype.kind != "f" or a.dtype.itemsize > 8:
         raise TypeError(f"{name} has dtype {a.dtype}; expected float32, float64 or float16")

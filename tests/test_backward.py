@@ -453,6 +453,10 @@ def test_bad_input():
         fastln.layer_norm_backward(np.ones((2, 5), np.float32), x, s, s)
     with pytest.raises(ValueError, match="mean"):
         fastln.layer_norm_backward(x, x, np.ones(3, np.float32), s)
+    with pytest.raises(TypeError, match="mean is required"):
+        fastln.layer_norm_backward(x, x, None, s)
+    with pytest.raises(TypeError, match="rstd is required"):
+        fastln.rms_norm_backward(x, x, None)
     with pytest.raises(ValueError, match="rstd"):
         fastln.rms_norm_backward(x, x, np.ones((2, 2), np.float32))
     with pytest.raises(TypeError, match="rstd"):
