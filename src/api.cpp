@@ -124,6 +124,19 @@ void OnThreads(int n, Body body) {
   body(0, 1);
 }
 
+// Whether `rows` rows of `cols` values of T, `ld` apart (ld >= cols > 0, rows >= 0), lie within
+// PTRDIFF_MAX bytes. Past that the kernels' int64 offsets wrapped: rows = 2^61 segfaulted, and
+// ld = INT64_MAX returned FASTLN_OK after writing before y. Such arrays cannot exist, so the
+// call is refused as a bad shape. Overflow builtins, not divisions: the Python binding's calls of
+// one row (0.4 us) go through here.
+template <class T>
+inline bool Spans(int64_t rows, int64_t cols, int64_t ld) {
+  constexpr int64_t kMax = INT64_MAX / int64_t(sizeof(T));
+  int64_t span;
+  return rows == 0 || (!__builtin_mul_overflow(rows - 1, ld, &span) &&
+                       !__builtin_add_overflow(span, cols, &span) && span <= kMax);
+}
+
 // How many threads a forward call of rows x cols takes: one per kMinBytesPerThread of the type the
 // kernels compute in (kBytes), at most one a row.
 inline int64_t RowThreads(int64_t rows, int64_t cols, int64_t kBytes) {
@@ -164,6 +177,7 @@ int LayerNorm(const T *x, int64_t ldx, T *y, int64_t ldy, const T *w, const T *b
   if (!x || !y) return FASTLN_ERR_NULL_POINTER;
   if (flags & ~FASTLN_Y_FRESH) return FASTLN_ERR_BAD_ARGUMENT;
   if (rows < 0 || cols <= 0 || ldx < cols || ldy < cols) return FASTLN_ERR_BAD_SHAPE;
+  if (!Spans<T>(rows, cols, ldx) || !Spans<T>(rows, cols, ldy)) return FASTLN_ERR_BAD_SHAPE;
   if (!(eps >= 0) || eps - eps != 0) return FASTLN_ERR_BAD_EPS;
   const KernelTable *t = ActiveTable();
   if (!t) return InitStatus();
@@ -237,6 +251,9 @@ int NormBackward(const NormBackwardArgs<T, P> &a, int64_t rows, P *dweight, P *d
   const int64_t cols = a.cols;
   if (!a.dy || !a.x || !a.dx || !a.rstd) return FASTLN_ERR_NULL_POINTER;
   if (rows < 0 || cols <= 0 || a.lddy < cols || a.ldx < cols || a.lddx < cols)
+    return FASTLN_ERR_BAD_SHAPE;
+  if (!Spans<T>(rows, cols, a.lddy) || !Spans<T>(rows, cols, a.ldx) ||
+      !Spans<T>(rows, cols, a.lddx) || !Spans<P>(2, cols, cols))  // dweight and dbias partials
     return FASTLN_ERR_BAD_SHAPE;
   const KernelTable *t = ActiveTable();
   if (!t) return InitStatus();
@@ -382,6 +399,10 @@ int AddNorm(const AddNormArgs<T, P> &a, int64_t rows, AddNormRowsFn<T, P> Kernel
   if (rows < 0 || n <= 0 || a.ldx < n || a.ldy < n || (a.res && (a.ldr < n || a.ldh < n))) {
     return FASTLN_ERR_BAD_SHAPE;
   }
+  if (!Spans<T>(rows, n, a.ldx) || !Spans<T>(rows, n, a.ldy) ||
+      (a.res && (!Spans<T>(rows, n, a.ldr) || !Spans<T>(rows, n, a.ldh)))) {
+    return FASTLN_ERR_BAD_SHAPE;
+  }
   if (!(a.eps >= 0) || a.eps - a.eps != 0) return FASTLN_ERR_BAD_EPS;
   const KernelTable *t = ActiveTable();
   if (!t) return InitStatus();
@@ -406,6 +427,9 @@ int LayerNormCols(const T *x, int64_t ldx, T *y, int64_t ldy, const T *w, const 
                   AddNormRowsFn<T, T> KernelTable::*fn) {
   if (!x || !y) return FASTLN_ERR_NULL_POINTER;
   if (examples < 0 || cols <= 0 || ldx < examples || ldy < examples) return FASTLN_ERR_BAD_SHAPE;
+  // Stored as cols rows of `examples` values, ld apart.
+  if (examples > 0 && (!Spans<T>(cols, examples, ldx) || !Spans<T>(cols, examples, ldy)))
+    return FASTLN_ERR_BAD_SHAPE;
   if (!(eps >= 0) || eps - eps != 0) return FASTLN_ERR_BAD_EPS;
   const KernelTable *t = ActiveTable();
   if (!t) return InitStatus();
@@ -418,7 +442,7 @@ int LayerNormCols(const T *x, int64_t ldx, T *y, int64_t ldy, const T *w, const 
 }
 
 int Widen(const uint16_t *src, float *dst, int64_t n, WidenFn KernelTable::*fn) {
-  if (n < 0) return FASTLN_ERR_BAD_SHAPE;
+  if (n < 0 || !Spans<float>(1, n, n)) return FASTLN_ERR_BAD_SHAPE;
   if (n > 0 && (!src || !dst)) return FASTLN_ERR_NULL_POINTER;
   const KernelTable *t = ActiveTable();
   if (!t) return InitStatus();
@@ -709,7 +733,9 @@ const char *fastln_status_string(int status) {
   switch (status) {
     case FASTLN_OK: return "success";
     case FASTLN_ERR_NULL_POINTER: return "a required pointer is NULL";
-    case FASTLN_ERR_BAD_SHAPE: return "bad shape: rows < 0, cols <= 0, or a leading dimension < cols";
+    case FASTLN_ERR_BAD_SHAPE:
+      return "bad shape: rows < 0, cols <= 0, a leading dimension < cols, or arrays that would span "
+             "more than PTRDIFF_MAX bytes";
     case FASTLN_ERR_BAD_EPS: return "eps must be finite and >= 0";
     case FASTLN_ERR_UNKNOWN_ISA: return "unknown ISA name (known: scalar, avx2, avx512, neon)";
     case FASTLN_ERR_UNSUPPORTED_ISA: return "this CPU or build cannot run the requested ISA";

@@ -147,6 +147,11 @@ def test_c_api_checks_arguments_before_any_cuda_call():
     bad_ld[2] = 7  # ldx < cols
     with pytest.raises(ValueError, match="bad shape"):
         _cuda.layer_norm(*bad_ld)
+    for i, v in ((2, (1 << 63) - 1), (6, 1 << 62), (13, 1 << 61)):  # past PTRDIFF_MAX bytes
+        huge = list(good)
+        huge[i] = v
+        with pytest.raises(ValueError, match="bad shape"):
+            _cuda.layer_norm(*huge)
     bad_eps = list(good)
     bad_eps[15] = -1.0
     with pytest.raises(ValueError, match="eps"):

@@ -21,7 +21,8 @@ extern "C" {
 enum fastln_status {
   FASTLN_OK = 0,
   FASTLN_ERR_NULL_POINTER = -1,  /* x or y (or another required pointer) is NULL */
-  FASTLN_ERR_BAD_SHAPE = -2,     /* rows < 0, cols <= 0, or a leading dimension < cols */
+  FASTLN_ERR_BAD_SHAPE = -2,     /* rows < 0, cols <= 0, a leading dimension < cols, or arrays
+                                    that would span more than PTRDIFF_MAX bytes */
   FASTLN_ERR_BAD_EPS = -3,       /* eps negative or not finite */
   FASTLN_ERR_UNKNOWN_ISA = -4,   /* fastln_set_isa: a name fastln does not know */
   FASTLN_ERR_UNSUPPORTED_ISA = -5, /* fastln_set_isa: known, but this CPU or build cannot run it */
@@ -199,7 +200,8 @@ int fastln_bf16_to_f32(const uint16_t *src, float *dst, int64_t n);
 /* A short English sentence for a status code; never NULL. */
 const char *fastln_status_string(int status);
 
-/* The active instruction set: "scalar", "avx2", "avx512" or "neon". */
+/* The active instruction set: "scalar", "avx2", "avx512" or "neon"; "none" while a FASTLN_ISA that
+ * could not be honoured stands (see fastln_init_status). */
 const char *fastln_isa(void);
 /* Force an ISA by name, or restore the automatic choice with NULL or "auto". Returns
  * FASTLN_ERR_UNKNOWN_ISA or FASTLN_ERR_UNSUPPORTED_ISA and leaves the choice unchanged on error. */

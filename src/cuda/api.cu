@@ -52,6 +52,14 @@ std::map<std::tuple<const void *, int, int, size_t>, int> g_occupancy;
 
 bool BadLd(int64_t ld, int64_t cols, const void *p) { return p && ld < cols; }
 
+// Whether rows of cols values, ld apart, lie within PTRDIFF_MAX bytes at 4 bytes a value (the
+// widest dtype); past that the kernels' offsets wrap (as src/api.cpp's Spans, for the CPU).
+bool Spans(int64_t rows, int64_t cols, int64_t ld) {
+  int64_t span;
+  return rows == 0 || (!__builtin_mul_overflow(rows - 1, ld, &span) &&
+                       !__builtin_add_overflow(span, cols, &span) && span <= INT64_MAX / 4);
+}
+
 }  // namespace
 
 cudaError_t DeviceFacts(int device, int *sms, int *smem_optin) {
@@ -123,6 +131,9 @@ int RunForward(int dtype, const FwdArgs &a, double eps, int device, void *stream
   if (a.rows < 0 || a.cols <= 0 || a.ldx < a.cols || a.ldy < a.cols || BadLd(a.ldr, a.cols, a.r) ||
       BadLd(a.ldh, a.cols, a.h))
     return FASTLN_CUDA_ERR_BAD_SHAPE;
+  if (!Spans(a.rows, a.cols, a.ldx) || !Spans(a.rows, a.cols, a.ldy) ||
+      (a.r && !Spans(a.rows, a.cols, a.ldr)) || (a.h && !Spans(a.rows, a.cols, a.ldh)))
+    return FASTLN_CUDA_ERR_BAD_SHAPE;
   if (!(eps >= 0) || !std::isfinite(eps)) return FASTLN_CUDA_ERR_BAD_EPS;
   if (dtype < FASTLN_CUDA_F32 || dtype > FASTLN_CUDA_BF16) return FASTLN_CUDA_ERR_BAD_ARGUMENT;
   if (a.rows == 0) return FASTLN_CUDA_OK;
@@ -140,6 +151,9 @@ int CheckBackward(int dtype, const BwdArgs &a) {
   if (!a.dy || !a.x || !a.rstd || !a.dx || (!a.rms && !a.mean)) return FASTLN_CUDA_ERR_NULL_POINTER;
   if (a.rows < 0 || a.cols <= 0 || a.lddy < a.cols || a.ldx < a.cols || a.lddx < a.cols ||
       BadLd(a.lddr, a.cols, a.dres))
+    return FASTLN_CUDA_ERR_BAD_SHAPE;
+  if (!Spans(a.rows, a.cols, a.lddy) || !Spans(a.rows, a.cols, a.ldx) ||
+      !Spans(a.rows, a.cols, a.lddx) || (a.dres && !Spans(a.rows, a.cols, a.lddr)))
     return FASTLN_CUDA_ERR_BAD_SHAPE;
   if (dtype < FASTLN_CUDA_F32 || dtype > FASTLN_CUDA_BF16) return FASTLN_CUDA_ERR_BAD_ARGUMENT;
   return FASTLN_CUDA_OK;
@@ -192,7 +206,8 @@ const char *fastln_cuda_status_string(int status) {
     case FASTLN_CUDA_ERR_NULL_POINTER:
       return "a required pointer is NULL";
     case FASTLN_CUDA_ERR_BAD_SHAPE:
-      return "bad shape: rows < 0, cols <= 0, or a leading dimension < cols";
+      return "bad shape: rows < 0, cols <= 0, a leading dimension < cols, or arrays that would "
+             "span more than PTRDIFF_MAX bytes";
     case FASTLN_CUDA_ERR_BAD_EPS:
       return "eps must be finite and >= 0";
     case FASTLN_CUDA_ERR_BAD_ARGUMENT:
@@ -245,7 +260,8 @@ int fastln_cuda_backward_workspace(int dtype, int rms, int64_t rows, int64_t col
                                    int want_dbias, int device, size_t *bytes) {
   if (!bytes) return FASTLN_CUDA_ERR_NULL_POINTER;
   *bytes = 0;
-  if (rows < 0 || cols <= 0) return FASTLN_CUDA_ERR_BAD_SHAPE;
+  if (rows < 0 || cols <= 0 || !fastln_cuda::Spans(rows, cols, cols))
+    return FASTLN_CUDA_ERR_BAD_SHAPE;
   if (dtype < FASTLN_CUDA_F32 || dtype > FASTLN_CUDA_BF16) return FASTLN_CUDA_ERR_BAD_ARGUMENT;
   if (rows == 0 || (!want_dweight && !want_dbias)) return FASTLN_CUDA_OK;
   // The plan depends on alignment only through the vector width; the workspace is sized for the

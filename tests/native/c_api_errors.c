@@ -104,6 +104,27 @@ int main(void) {
   expect(fastln_f16_to_f32(x16, NULL, 8), FASTLN_ERR_NULL_POINTER, "f16 widen NULL dst");
   expect(fastln_f16_to_f32(NULL, NULL, 0), FASTLN_OK, "f16 widen of nothing");
 
+  /* Arrays past PTRDIFF_MAX bytes cannot exist: refused before any offset is formed (they
+   * wrapped: ld = INT64_MAX wrote before y and returned FASTLN_OK, rows = 2^61 segfaulted). */
+  expect(fastln_layer_norm_f32_ld(x, INT64_MAX, y, INT64_MAX, NULL, NULL, NULL, NULL, 3, 8, 1e-5),
+         FASTLN_ERR_BAD_SHAPE, "ld = INT64_MAX");
+  expect(fastln_layer_norm_f32_ld(x, 8, y, (int64_t)1 << 62, NULL, NULL, NULL, NULL, 2, 8, 1e-5),
+         FASTLN_ERR_BAD_SHAPE, "ldy = 2^62");
+  expect(fastln_layer_norm_f32(x, y, NULL, NULL, NULL, NULL, (int64_t)1 << 61, 8, 1e-5f),
+         FASTLN_ERR_BAD_SHAPE, "rows = 2^61");
+  expect(fastln_layer_norm_f64(xd, yd, NULL, NULL, NULL, NULL, 1, INT64_MAX, 1e-5),
+         FASTLN_ERR_BAD_SHAPE, "cols = INT64_MAX");
+  expect(fastln_rms_norm_f32(x, y, NULL, NULL, (int64_t)1 << 60, 16, 1e-5f), FASTLN_ERR_BAD_SHAPE,
+         "rms rows = 2^60");
+  expect(fastln_layer_norm_backward_f32(y, x, m, r, NULL, dx, dw, db, (int64_t)1 << 60, 16),
+         FASTLN_ERR_BAD_SHAPE, "backward rows = 2^60");
+  expect(fastln_layer_norm_cols_f32(x, (int64_t)1 << 62, y, 2, NULL, NULL, NULL, NULL, 2, 4, 1e-5),
+         FASTLN_ERR_BAD_SHAPE, "cols ldx = 2^62");
+  expect(fastln_add_layer_norm_f16(x16, 8, x16, (int64_t)1 << 62, dx16, 8, y16, 8, NULL, NULL, NULL,
+                                   NULL, 2, 8, 1e-5),
+         FASTLN_ERR_BAD_SHAPE, "f16 add ldr = 2^62");
+  expect(fastln_f16_to_f32(x16, w32, INT64_MAX), FASTLN_ERR_BAD_SHAPE, "f16 widen n = INT64_MAX");
+
   expect(fastln_set_isa("bogus"), FASTLN_ERR_UNKNOWN_ISA, "set_isa(bogus)");
   expect(fastln_set_isa("scalar"), FASTLN_OK, "set_isa(scalar)");
   expect(strcmp(fastln_isa(), "scalar"), 0, "isa() is scalar");
