@@ -12,6 +12,7 @@
 
 #include "fastln/fastln_cuda.h"
 #include "norm.cuh"
+#include "../spans.h"
 
 namespace fastln_cuda {
 namespace {
@@ -52,13 +53,8 @@ std::map<std::tuple<const void *, int, int, size_t>, int> g_occupancy;
 
 bool BadLd(int64_t ld, int64_t cols, const void *p) { return p && ld < cols; }
 
-// Whether rows of cols values, ld apart, lie within PTRDIFF_MAX bytes at 4 bytes a value (the
-// widest dtype); past that the kernels' offsets wrap (as src/api.cpp's Spans, for the CPU).
-bool Spans(int64_t rows, int64_t cols, int64_t ld) {
-  int64_t span;
-  return rows == 0 || (!__builtin_mul_overflow(rows - 1, ld, &span) &&
-                       !__builtin_add_overflow(span, cols, &span) && span <= INT64_MAX / 4);
-}
+// At 4 bytes a value, the widest dtype here.
+bool Spans(int64_t rows, int64_t cols, int64_t ld) { return fastln::SpansFit(rows, cols, ld, 4); }
 
 }  // namespace
 
