@@ -267,6 +267,9 @@ inline void BackwardGroup(const NormBackwardArgs<typename St::E, typename St::T>
 // same bits as in groups; dweight and dbias add in another order). Out of line and cold, and
 // chosen once a call (NormBackwardRows): a look at each group's rows inside NormBackwardRowsT took
 // 7-9% more instructions there (callgrind, float32 2048x64, AVX2), calls without such rows too.
+// Its look for the mean's rest repeats the one-row case of NormBackwardRowsT's `far`: a helper
+// shared by both moved GCC's inlining across the whole translation unit (148 functions changed
+// size in the scalar kernels' object, forward passes included), for no change in what runs.
 template <class St, bool kCenter, bool kW, bool kGrad>
 __attribute__((noinline, cold)) void BackwardAlone(
     const NormBackwardArgs<typename St::E, typename St::T> &a, int64_t r, int64_t r1, double inv_n,
