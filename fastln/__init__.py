@@ -179,14 +179,27 @@ def set_isa(name: Optional[str]) -> None:
         raise RuntimeError(f"ISA {name!r} cannot run on this CPU or build; usable here: {usable}")
 
 
+def _count(what: str, v, none_ok: str = "") -> int:
+    """v as a count for the C setters: an int (not a bool, which operator.index takes as 0 or 1;
+    axis=True is refused too) from 0 to 2**63 - 1, so that a value past C's int64 is a ValueError
+    that names the setting rather than Cython's OverflowError."""
+    if isinstance(v, (bool, np.bool_)):
+        raise TypeError(f"{what} must be an int, not bool")
+    v = operator.index(v)
+    if v < 0:
+        raise ValueError(f"{what} must be >= 0{none_ok}, got {v}")
+    if v > _INT64_MAX:
+        raise ValueError(f"{what} must be at most 2**63 - 1, got {v}")
+    return v
+
+
+_INT64_MAX = (1 << 63) - 1
+
+
 def set_num_threads(n: int) -> None:
-    """Use at most n threads; n = 0 follows OpenMP again (OMP_NUM_THREADS, threadpoolctl)."""
-    if isinstance(n, (bool, np.bool_)):  # operator.index(True) is 1; axis=True is refused too
-        raise TypeError("number of threads must be an int, not bool")
-    n = operator.index(n)
-    if n < 0:
-        raise ValueError(f"number of threads must be >= 0, got {n}")
-    _core.set_num_threads(n)
+    """Use at most n threads; n = 0 follows OpenMP again (OMP_NUM_THREADS, threadpoolctl). More
+    than 1024 counts as 1024, the most the thread pool runs (get_num_threads says so)."""
+    _core.set_num_threads(min(_count("number of threads", n), 1024))
 
 
 def get_num_threads() -> int:
@@ -196,12 +209,7 @@ def get_num_threads() -> int:
 
 def _bytes_or_default(name: str, v: Optional[int]) -> int:
     """A size for the C setters: v checked, or -1 (the default) for None."""
-    if v is None:
-        return -1
-    v = operator.index(v)
-    if v < 0:
-        raise ValueError(f"{name} must be >= 0 or None, got {v}")
-    return v
+    return -1 if v is None else _count(name, v, " or None")
 
 
 def set_stream_bytes(nbytes: Optional[int] = None, nbytes16: Optional[int] = None) -> None:
@@ -276,10 +284,7 @@ def set_cache_limit(nbytes: int) -> int:
     the machine's memory, at most 1 GiB; FASTLN_CACHE_MB at import). 0 turns the cache off and frees
     it.
     """
-    nbytes = operator.index(nbytes)
-    if nbytes < 0:
-        raise ValueError(f"cache limit must be >= 0 bytes, got {nbytes}")
-    return _core.set_cache_limit(nbytes)
+    return _core.set_cache_limit(_count("cache limit (bytes)", nbytes))
 
 
 def cache_info() -> dict:
@@ -472,6 +477,7 @@ class LayerNorm(_NormModule):
 
     def __call__(self, x: ArrayLike, *, out: Optional[np.ndarray] = None) -> np.ndarray:
         x = _add_norm.as_input(x, "x")
+        self._saved = None
         return layer_norm(x, self.weight, self.bias, self.eps, axis=self._axis(x), out=out)
 
     def _forward(self, x, ax):

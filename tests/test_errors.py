@@ -137,10 +137,11 @@ def test_set_isa_errors():
         fastln.set_isa("avx9")
     with pytest.raises(TypeError):
         fastln.set_isa(3)
-    before = fastln.get_isa()
-    fastln.set_isa(np.str_("scalar"))  # a str subclass is a str
-    assert fastln.get_isa() == "scalar"
-    fastln.set_isa(before)
+    try:
+        fastln.set_isa(np.str_("scalar"))  # a str subclass is a str
+        assert fastln.get_isa() == "scalar"
+    finally:
+        fastln.set_isa(None)  # back to the automatic choice, as conftest's isa fixture leaves it
     for name in ("scalar", "avx2", "avx512", "neon"):
         if name not in fastln.runtime_info()["isas"]:
             before = fastln.get_isa()
@@ -156,6 +157,31 @@ def test_set_num_threads_errors():
         fastln.set_num_threads(1.5)
     with pytest.raises(TypeError, match="bool"):
         fastln.set_num_threads(True)
+    with pytest.raises(ValueError, match="number of threads must be at most 2\\*\\*63 - 1"):
+        fastln.set_num_threads(2**63)
+
+
+def test_set_num_threads_caps_at_the_pool_size():
+    try:
+        fastln.set_num_threads(2**40)  # past C's int: capped, not an OverflowError
+        if fastln.runtime_info()["openmp"]:
+            assert fastln.get_num_threads() == 1024
+    finally:
+        fastln.set_num_threads(0)
+
+
+@pytest.mark.parametrize("setter, name", [
+    (fastln.set_cache_limit, "cache limit"),
+    (fastln.set_stream_bytes, "nbytes"),
+    (fastln.set_band_bytes, "nbytes"),
+])
+def test_size_settings_refuse_bools_and_values_past_int64(setter, name):
+    # The setters change nothing when they refuse, so no state needs restoring.
+    with pytest.raises(TypeError, match="bool"):
+        setter(True)
+    for big in (2**63, 2**64):
+        with pytest.raises(ValueError, match=name + ".* at most 2"):
+            setter(big)
 
 
 def test_core_rejects_unsafe_calls():
