@@ -257,7 +257,9 @@ class _NormModule:
 
     def forward(self, x: ArrayLike) -> np.ndarray:
         """y for x, keeping x and the statistics that backward needs (x by reference: do not
-        modify it before backward). Calling the module, module(x), keeps nothing."""
+        modify it before backward). Calling the module, module(x), keeps nothing and drops what
+        an earlier forward kept, so that a backward after it raises instead of returning the
+        gradient at that earlier x."""
         x = _add_norm.as_input(x, "x")
         ax = self._axis(x)
         y, *stats = self._forward(x, ax)
@@ -268,7 +270,10 @@ class _NormModule:
         """dx for dy = dL/dy of the last forward; sets grad_weight and grad_bias (overwriting
         them; None for parameters the module does not have)."""
         if self._saved is None:
-            raise RuntimeError("backward called before forward")
+            raise RuntimeError(
+                "backward called before forward: backward needs module.forward(x), which keeps "
+                "what it needs; module(x) keeps nothing (and drops what a forward kept)"
+            )
         dx, dw, db = self._backward(dy, *self._saved)
         self.grad_weight = dw
         self.grad_bias = db if self.bias is not None else None
@@ -280,6 +285,9 @@ class _NormModule:
 
 class RMSNorm(_NormModule):
     """An RMS norm with a weight, like torch.nn.RMSNorm, with forward/backward for training.
+
+    eps defaults to 1e-6, as fastln.rms_norm's does; torch's eps=None means finfo(dtype).eps
+    (1.2e-7 for float32), so pass eps to match a torch model built without one.
 
     >>> import numpy as np, fastln
     >>> norm = fastln.RMSNorm(8)
@@ -301,6 +309,7 @@ class RMSNorm(_NormModule):
 
     def __call__(self, x: ArrayLike, *, out: Optional[np.ndarray] = None) -> np.ndarray:
         x = _add_norm.as_input(x, "x")
+        self._saved = None
         return rms_norm(x, self.weight, self.eps, axis=self._axis(x), out=out)
 
     def _forward(self, x, ax):

@@ -432,6 +432,12 @@ def test_module_state(rng):
     x = rng.standard_normal((2, 6))
     ln(x)
     assert ln._saved is None  # calling the module keeps nothing
+    # A call after a forward drops its state: backward then raises rather than returning the
+    # gradient at the forward's x.
+    ln.forward(x)
+    ln(x + 1.0)
+    with pytest.raises(RuntimeError, match="module.forward"):
+        ln.backward(np.ones((2, 6)))
     ln.forward(x)
     dx = ln.backward(np.ones((2, 6)))
     assert ln.grad_weight is None and ln.grad_bias is None

@@ -161,6 +161,9 @@ def test_module(rng):
     np.testing.assert_allclose(norm(x), expect, rtol=1e-13, atol=1e-13)
     assert norm._saved is None  # calling the module keeps nothing
     np.testing.assert_allclose(norm.forward(x), expect, rtol=1e-13, atol=1e-13)
+    norm(2.0 * x)  # drops the forward's state: backward must not use the earlier x
+    with pytest.raises(RuntimeError, match="module.forward"):
+        norm.backward(np.ones_like(x))
     with pytest.raises(ValueError, match="normalized_shape"):
         norm(np.ones((4, 3, 2)))
     assert "RMSNorm" in repr(norm)
