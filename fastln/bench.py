@@ -109,6 +109,21 @@ def parse_dtype(name: str) -> np.dtype:
     return np.dtype(name)
 
 
+def parse_shapes(text: str) -> List[Tuple[int, int]]:
+    """"1x768,2048x768" as [(1, 768), (2048, 768)]; ValueError naming the bad entry."""
+    shapes = []
+    for item in text.split(","):
+        parts = item.strip().lower().split("x")
+        try:
+            n, d = (int(v) for v in parts)
+        except ValueError:
+            raise ValueError(f"{item!r} is not NxD (two integers, e.g. 2048x768)") from None
+        if n < 1 or d < 1:
+            raise ValueError(f"{item!r}: N and D must be >= 1")
+        shapes.append((n, d))
+    return shapes
+
+
 def _is_16bit(dtype: np.dtype) -> bool:
     return np.dtype(dtype).itemsize == 2
 
@@ -136,18 +151,13 @@ def make_impl(name: str, x: np.ndarray, w: np.ndarray, b: np.ndarray, out: bool,
             return lambda: ln(x, w, b, EPS, out=y)
         return lambda: ln(x, w, b, EPS)
     if name == "fastln_1t":
-        ln, set_threads = fastln.layer_norm, fastln.set_num_threads
-        args = (x, w, b, EPS)
-        kw = {"out": y} if out else {}
-
-        def one_thread():
-            set_threads(1)
-            try:
-                return ln(*args, **kw)
-            finally:
-                set_threads(threads)
-
-        return one_thread
+        # One thread for a whole batch of calls (enter/leave, outside the timed span): set and
+        # reset around each call, the two settings cost about 0.4 us, which at 1x768 (0.35 us a
+        # call) made the "x 1 thread" column read 2.2 where the threads gave nothing.
+        ln = fastln.layer_norm
+        one_thread = (lambda: ln(x, w, b, EPS, out=y)) if out else (lambda: ln(x, w, b, EPS))
+        return _Batched(one_thread, lambda: fastln.set_num_threads(1),
+                        lambda: fastln.set_num_threads(threads))
     if name == "floor":
         if _is_16bit(x.dtype):
             copyto = np.copyto
@@ -222,15 +232,43 @@ def inputs(n: int, d: int, dtype, seed: int = 0):
 
 # ---- timing --------------------------------------------------------------------------------------
 
+class _Batched:
+    """A call with a setting that holds for a whole batch of calls: enter() before the batch's
+    clock starts, leave() after it stops."""
+
+    def __init__(self, fn: Callable[[], object], enter: Callable[[], object],
+                 leave: Callable[[], object]) -> None:
+        self.fn, self.enter, self.leave = fn, enter, leave
+
+    def __call__(self):
+        self.enter()
+        try:
+            return self.fn()
+        finally:
+            self.leave()
+
+
+def _batch(fn: Callable[[], object], number: int, clock) -> float:
+    """Seconds for `number` calls of fn (of a _Batched's inner call, with its setting held)."""
+    inner = fn.fn if isinstance(fn, _Batched) else fn
+    if isinstance(fn, _Batched):
+        fn.enter()
+    try:
+        t0 = clock()
+        for _ in range(number):
+            inner()
+        return clock() - t0
+    finally:
+        if isinstance(fn, _Batched):
+            fn.leave()
+
+
 def _calibrate(fn: Callable[[], object], target: float, clock) -> Tuple[int, float]:
     """(calls per round so that a round lasts about `target` seconds, seconds per call seen)."""
     fn()  # warm up: first-touch page faults, lazy initialization
     number = 1
     while True:
-        t0 = clock()
-        for _ in range(number):
-            fn()
-        dt = clock() - t0
+        dt = _batch(fn, number, clock)
         if dt >= target / 4 or number >= 1 << 20:
             return max(1, int(number * target / max(dt, 1e-9))), dt / number
         number *= 4
@@ -254,10 +292,7 @@ def time_interleaved(fns: Dict[str, Callable[[], object]], rounds: int,
                 if i >= quota[k]:
                     continue
                 number = numbers[k]
-                t0 = clock()
-                for _ in range(number):
-                    f()
-                best[k] = min(best[k], (clock() - t0) / number)
+                best[k] = min(best[k], _batch(f, number, clock) / number)
     finally:
         if gc_was:
             gc.enable()
@@ -363,7 +398,8 @@ def summary(results: List[dict]) -> List[str]:
                 parts.append(f"× 1 thread geomean {g:.2f} (worst {min(ratios):.2f})")
             else:
                 parts.append(f"× {k} geomean {g:.2f} (worst {min(ratios):.2f})")
-        lines.append(f"{dt} {mode}: " + "; ".join(parts))
+        if parts:  # fastln alone (--impl fastln) has nothing to compare with
+            lines.append(f"{dt} {mode}: " + "; ".join(parts))
     return lines
 
 
@@ -447,7 +483,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--json", metavar="FILE", help="write the results as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="plot GB/s against D (needs matplotlib)")
     p.add_argument("--training", action="store_true",
-                   help="also the backward passes and rms_norm against torch (fastln._bench_training)")
+                   help="also the backward passes and rms_norm against torch "
+                        "(fastln._bench_training: float32, 1 thread, its own shapes; --quick "
+                        "takes its short list)")
     p.add_argument("--no-accuracy", action="store_true",
                    help="leave out the accuracy tables (fastln._accuracy) that follow the timings")
     a = p.parse_args(argv)
@@ -455,6 +493,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         p.error("--threads must be >= 1")
     if a.sweeps < 1:
         p.error("--sweeps must be >= 1")
+    if a.rounds is not None and a.rounds < 1:
+        p.error("--rounds must be >= 1")
+    if a.quick and a.full:
+        p.error("--quick and --full exclude each other")
+    shapes = None
+    if a.shapes:
+        try:
+            shapes = parse_shapes(a.shapes)
+        except ValueError as e:
+            p.error(f"--shapes: {e}")
 
     try:
         dtypes = [parse_dtype(s) for s in a.dtype.split(",")]
@@ -476,8 +524,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         notes.append(_have("matplotlib") + " (no plot)")
         a.plot = None
 
-    if a.shapes:
-        shapes = [tuple(int(v) for v in s.lower().split("x")) for s in a.shapes.split(",")]
+    if shapes is not None:
+        pass
     elif a.quick:
         shapes = list(QUICK_SHAPES)
     elif a.full:
@@ -486,10 +534,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         shapes = grid(64 << 20, max(dt.itemsize for dt in dtypes))
     # Many short rounds rather than a few long ones: on a busy machine the best round is then more
     # likely to fall in a quiet moment.
-    rounds = a.rounds or (12 if a.quick else 15)
+    rounds = a.rounds if a.rounds is not None else (12 if a.quick else 15)
     round_time = 0.002 if a.quick else 0.01
 
-    info = fastln.runtime_info()
+    # Opened before the timings, so that a path that cannot be written fails now, not after them.
+    try:
+        json_file = open(a.json, "w") if a.json else None
+    except OSError as e:
+        p.error(f"--json: {e}")
+    # run() sets --threads; the record says what the timings ran with.
+    info = dict(fastln.runtime_info(), num_threads=a.threads)
     sb, sb16 = (v / (1 << 20) for v in info["stream_bytes"])
     print(f"fastln {info['version']} isa={info['isa']} threads={a.threads} "
           f"streams y from {sb:g} MiB ({sb16:g} MiB 16-bit; on AMD CPUs later for long rows and "
@@ -506,8 +560,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     else:
         print(HEADER)
         print(RULE)
-    results = run(shapes, dtypes, modes, a.threads, names, rounds, round_time,
-                  sweeps=a.sweeps)
+    try:
+        results = run(shapes, dtypes, modes, a.threads, names, rounds, round_time,
+                      sweeps=a.sweeps)
+    except MemoryError as e:
+        if json_file is not None:
+            json_file.close()
+        p.error(f"--shapes: too large for this machine's memory ({e})")
     print()
     for line in summary(results):
         print(line)
@@ -529,8 +588,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print("\nlayer_norm_backward's dx and dweight, given the forward pass's mean and rstd, "
               "against the exact gradient: max |g - exact| / max |exact| (eps = 1e-12):")
         print(_accuracy.format_backward_table(accuracy["backward"]))
-    if a.json:
-        with open(a.json, "w") as f:
+    if json_file is not None:
+        with json_file as f:
             json.dump({"machine": machine(), "runtime": info, "numpy": np.__version__,
                        "sweeps": a.sweeps, "results": results, "accuracy": accuracy}, f,
                       indent=1)

@@ -2,8 +2,10 @@
 
 import json
 
+import numpy as np
 import pytest
 
+import fastln
 from fastln import bench
 
 
@@ -50,10 +52,61 @@ def test_threads_report_speedup_over_one_thread(capsys):
     assert "× 1 thread geomean" in text
 
 
-@pytest.mark.parametrize("bad", [["--threads", "0"], ["--impl", "nope"], ["--mode", "both"]])
-def test_bad_arguments(bad):
-    with pytest.raises(SystemExit):
+@pytest.mark.parametrize("bad", [
+    ["--threads", "0"], ["--impl", "nope"], ["--mode", "both"],
+    ["--shapes", "abc"], ["--shapes", "768"], ["--shapes", "1x768x3"], ["--shapes", "2x8,"],
+    ["--shapes=-1x8"], ["--shapes=0x8"], ["--shapes=4x0"],
+    ["--shapes", "2x8", "--rounds", "0"], ["--shapes", "2x8", "--rounds", "-5"],
+    ["--quick", "--full"],
+    ["--shapes", "2x8", "--rounds", "1", "--no-accuracy", "--json", "/nonexistent/dir/r.json"],
+])
+def test_bad_arguments(bad, capsys):
+    # argparse's exit (status 2, a message naming the option), not a traceback or a silent run.
+    with pytest.raises(SystemExit) as e:
         bench.main(bad)
+    assert e.value.code == 2
+    assert "error:" in capsys.readouterr().err
+
+
+def test_one_thread_column_holds_its_setting_for_a_whole_batch(monkeypatch):
+    # fastln_1t's calls run on one thread, set once a batch outside the clock: set around each
+    # call, the settings' cost (0.4 us) showed as a speedup from threads at 1x768.
+    if not fastln.runtime_info()["openmp"]:
+        pytest.skip("a build without OpenMP runs one thread whatever is set")
+    x, w, b = bench.inputs(4, 64, np.float32)
+    seen, sets = [], []
+    real_ln, real_set = fastln.layer_norm, fastln.set_num_threads
+
+    def ln(*args, **kw):
+        seen.append(fastln.get_num_threads())
+        return real_ln(*args, **kw)
+
+    def set_threads(n):
+        sets.append(n)
+        real_set(n)
+
+    monkeypatch.setattr(fastln, "layer_norm", ln)
+    monkeypatch.setattr(fastln, "set_num_threads", set_threads)
+    real_set(2)
+    try:
+        f = bench.make_impl("fastln_1t", x, w, b, True, 2)
+        bench.time_interleaved({"fastln_1t": f}, rounds=3, round_time=0.001)
+        assert fastln.get_num_threads() == 2
+    finally:
+        real_set(0)
+    assert set(seen) == {1}
+    assert len(seen) > 20 and len(sets) < len(seen) / 4
+
+
+def test_json_records_the_threads_the_run_used(tmp_path):
+    out = tmp_path / "r.json"
+    fastln.set_num_threads(2)  # what the process had before: not what --threads 1 ran with
+    try:
+        assert bench.main(["--threads", "1", "--shapes", "2x8", "--impl", "fastln", "--rounds",
+                           "1", "--mode", "out", "--no-accuracy", "--json", str(out)]) == 0
+    finally:
+        fastln.set_num_threads(0)
+    assert json.loads(out.read_text())["runtime"]["num_threads"] == 1
 
 
 @pytest.mark.parametrize("name", ["float16", "bfloat16"])
