@@ -168,7 +168,7 @@ template <class T>
 int LayerNorm(const T *x, int64_t ldx, T *y, int64_t ldy, const T *w, const T *b, T *mean,
               T *rstd, int64_t rows, int64_t cols, double eps, int flags,
               LayerNormRowsFn<T> KernelTable::*fn) {
-  if (!x || !y) return FASTLN_ERR_NULL_POINTER;
+  if (rows > 0 && (!x || !y)) return FASTLN_ERR_NULL_POINTER;
   if (flags & ~FASTLN_Y_FRESH) return FASTLN_ERR_BAD_ARGUMENT;
   if (rows < 0 || cols <= 0 || ldx < cols || ldy < cols) return FASTLN_ERR_BAD_SHAPE;
   if (!Spans<T>(rows, cols, ldx) || !Spans<T>(rows, cols, ldy)) return FASTLN_ERR_BAD_SHAPE;
@@ -243,7 +243,7 @@ template <class T, class P>
 int NormBackward(const NormBackwardArgs<T, P> &a, int64_t rows, P *dweight, P *dbias,
                  NormBackwardRowsFn<T, P> KernelTable::*fn) {
   const int64_t cols = a.cols;
-  if (!a.dy || !a.x || !a.dx || !a.rstd) return FASTLN_ERR_NULL_POINTER;
+  if (rows > 0 && (!a.dy || !a.x || !a.dx || !a.rstd)) return FASTLN_ERR_NULL_POINTER;
   if (rows < 0 || cols <= 0 || a.lddy < cols || a.ldx < cols || a.lddx < cols)
     return FASTLN_ERR_BAD_SHAPE;
   if (!Spans<T>(rows, cols, a.lddy) || !Spans<T>(rows, cols, a.ldx) ||
@@ -268,9 +268,10 @@ int NormBackward(const NormBackwardArgs<T, P> &a, int64_t rows, P *dweight, P *d
   const int64_t block = BackwardBlockRows(cols);
   const int64_t nblocks = (rows + block - 1) / block;
   if (nblocks == 0) {
+    // dbias is null for RMSNorm; a layer norm of no rows may come without mean (null, as x is).
     for (int64_t j = 0; j < cols; ++j) {
       if (dweight) dweight[j] = P(0);
-      if (dbias && center) dbias[j] = P(0);
+      if (dbias) dbias[j] = P(0);
     }
     return FASTLN_OK;
   }
@@ -320,7 +321,7 @@ template <class T, class P = T>
 int LayerNormBackward(const T *dy, int64_t lddy, const T *x, int64_t ldx, const P *mean,
                       const P *rstd, const P *w, T *dx, int64_t lddx, P *dweight, P *dbias,
                       int64_t rows, int64_t cols, NormBackwardRowsFn<T, P> KernelTable::*fn) {
-  if (!mean) return FASTLN_ERR_NULL_POINTER;
+  if (rows > 0 && !mean) return FASTLN_ERR_NULL_POINTER;
   const NormBackwardArgs<T, P> args{dy, lddy, x, ldx, dx, lddx, mean, rstd, w, cols};
   return NormBackward(args, rows, dweight, dbias, fn);
 }
@@ -388,7 +389,7 @@ int WithParams16(const AddNormArgs<T, float> &a, const Params16 &p, int64_t rows
 template <class T, class P>
 int AddNorm(const AddNormArgs<T, P> &a, int64_t rows, AddNormRowsFn<T, P> KernelTable::*fn,
             const Params16 *p16 = nullptr) {
-  if (!a.x || !a.y || (a.res && !a.h)) return FASTLN_ERR_NULL_POINTER;
+  if (rows > 0 && (!a.x || !a.y || (a.res && !a.h))) return FASTLN_ERR_NULL_POINTER;
   const int64_t n = a.cols;
   if (rows < 0 || n <= 0 || a.ldx < n || a.ldy < n || (a.res && (a.ldr < n || a.ldh < n))) {
     return FASTLN_ERR_BAD_SHAPE;
@@ -419,7 +420,7 @@ template <class T>
 int LayerNormCols(const T *x, int64_t ldx, T *y, int64_t ldy, const T *w, const T *b, T *mean,
                   T *rstd, int64_t examples, int64_t cols, double eps,
                   AddNormRowsFn<T, T> KernelTable::*fn) {
-  if (!x || !y) return FASTLN_ERR_NULL_POINTER;
+  if (examples > 0 && (!x || !y)) return FASTLN_ERR_NULL_POINTER;
   if (examples < 0 || cols <= 0 || ldx < examples || ldy < examples) return FASTLN_ERR_BAD_SHAPE;
   // Stored as cols rows of `examples` values, ld apart.
   if (examples > 0 && (!Spans<T>(cols, examples, ldx) || !Spans<T>(cols, examples, ldy)))

@@ -139,6 +139,11 @@ def test_c_api_checks_arguments_before_any_cuda_call():
     good = [0, fake, 8, 0, 0, fake, 8, 0, 0, 0, 0, 0, 0, 4, 8, 1e-5, 0, 0]
     with pytest.raises(RuntimeError, match="NULL"):
         _cuda.layer_norm(*good[:1], 0, *good[2:])
+    # No rows: NULL x and y are taken (torch's empty CUDA tensors have data_ptr() 0), and the
+    # call returns before any CUDA call, so it passes without a GPU.
+    no_rows = list(good)
+    no_rows[1] = no_rows[5] = no_rows[13] = 0
+    _cuda.layer_norm(*no_rows)
     bad_shape = list(good)
     bad_shape[14] = 0  # cols
     with pytest.raises(ValueError, match="bad shape"):

@@ -7,7 +7,9 @@
  * Layout: `rows` examples of `cols` features each; row i starts at x + i * ldx (ldx >= cols, in
  * elements). The plain calls take densely packed rows (ld == cols). Statistics are per row:
  * mean[i], rstd[i] = 1 / sqrt(var[i] + eps) with the biased variance, as in torch and ONNX.
- * Any of weight, bias, mean, rstd may be NULL.
+ * Any of weight, bias, mean, rstd may be NULL. With rows == 0 (or examples == 0 in the column
+ * layout) every per-row array may be NULL too, as an empty std::vector's data() can be; the call
+ * then only zeroes the dweight and dbias it is given.
  */
 #ifndef FASTLN_FASTLN_H_
 #define FASTLN_FASTLN_H_
@@ -20,7 +22,7 @@ extern "C" {
 
 enum fastln_status {
   FASTLN_OK = 0,
-  FASTLN_ERR_NULL_POINTER = -1,  /* x or y (or another required pointer) is NULL */
+  FASTLN_ERR_NULL_POINTER = -1,  /* x or y (or another required pointer) is NULL, rows > 0 */
   FASTLN_ERR_BAD_SHAPE = -2,     /* rows < 0, cols <= 0, a leading dimension < cols, or arrays
                                     that would span more than PTRDIFF_MAX bytes */
   FASTLN_ERR_BAD_EPS = -3,       /* eps negative or not finite */

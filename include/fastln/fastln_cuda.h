@@ -31,7 +31,7 @@ enum fastln_cuda_dtype {
 
 enum fastln_cuda_status {
   FASTLN_CUDA_OK = 0,
-  FASTLN_CUDA_ERR_NULL_POINTER = -1,  /* a required pointer is NULL */
+  FASTLN_CUDA_ERR_NULL_POINTER = -1,  /* a required pointer is NULL (per-row arrays: rows > 0) */
   FASTLN_CUDA_ERR_BAD_SHAPE = -2,     /* rows < 0, cols <= 0, a leading dimension < cols, or
                                          arrays that would span more than PTRDIFF_MAX bytes */
   FASTLN_CUDA_ERR_BAD_EPS = -3,       /* eps negative or not finite */

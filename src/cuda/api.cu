@@ -123,7 +123,7 @@ int ByDtype(int dtype, Fn fn, cudaError_t *e) {
 }
 
 int RunForward(int dtype, const FwdArgs &a, double eps, int device, void *stream) {
-  if (!a.x || !a.y) return FASTLN_CUDA_ERR_NULL_POINTER;
+  if (a.rows > 0 && (!a.x || !a.y)) return FASTLN_CUDA_ERR_NULL_POINTER;
   if (a.rows < 0 || a.cols <= 0 || a.ldx < a.cols || a.ldy < a.cols || BadLd(a.ldr, a.cols, a.r) ||
       BadLd(a.ldh, a.cols, a.h))
     return FASTLN_CUDA_ERR_BAD_SHAPE;
@@ -144,7 +144,8 @@ int RunForward(int dtype, const FwdArgs &a, double eps, int device, void *stream
 }
 
 int CheckBackward(int dtype, const BwdArgs &a) {
-  if (!a.dy || !a.x || !a.rstd || !a.dx || (!a.rms && !a.mean)) return FASTLN_CUDA_ERR_NULL_POINTER;
+  if (a.rows > 0 && (!a.dy || !a.x || !a.rstd || !a.dx || (!a.rms && !a.mean)))
+    return FASTLN_CUDA_ERR_NULL_POINTER;
   if (a.rows < 0 || a.cols <= 0 || a.lddy < a.cols || a.ldx < a.cols || a.lddx < a.cols ||
       BadLd(a.lddr, a.cols, a.dres))
     return FASTLN_CUDA_ERR_BAD_SHAPE;

@@ -96,6 +96,27 @@ int main(void) {
   expect(fastln_rms_norm_backward_bf16_ld(x16, 8, NULL, 8, r, NULL, dx16, 8, dw, 1, 8),
          FASTLN_ERR_NULL_POINTER, "bf16 rms backward NULL x");
 
+  /* No rows: the per-row arrays may be NULL (an empty std::vector's data() can be); the
+     parameter gradients asked for are zeroed, for a layer norm without mean too. */
+  expect(fastln_layer_norm_f32(NULL, NULL, NULL, NULL, NULL, NULL, 0, 8, 1e-5f), FASTLN_OK,
+         "no rows, NULL x and y");
+  expect(fastln_rms_norm_f64(NULL, NULL, NULL, NULL, 0, 8, 1e-5), FASTLN_OK, "rms no rows, NULL");
+  expect(fastln_layer_norm_cols_f32(NULL, 0, NULL, 0, NULL, NULL, NULL, NULL, 0, 4, 1e-5), FASTLN_OK,
+         "cols no examples, NULL");
+  expect(fastln_add_layer_norm_f32(NULL, 8, NULL, 8, NULL, 8, NULL, 8, NULL, NULL, NULL, NULL, 0, 8,
+                                   1e-5), FASTLN_OK, "add no rows, NULL");
+  for (int j = 0; j < 8; ++j) dw[j] = db[j] = 7.0f;
+  expect(fastln_layer_norm_backward_f32(NULL, NULL, NULL, NULL, NULL, NULL, dw, db, 0, 8), FASTLN_OK,
+         "backward no rows, NULL");
+  expect(dw[0] == 0.0f && dw[7] == 0.0f && db[0] == 0.0f && db[7] == 0.0f, 1,
+         "backward no rows zeroes dweight and dbias");
+  for (int j = 0; j < 8; ++j) dw[j] = 7.0f;
+  expect(fastln_rms_norm_backward_f32(NULL, NULL, NULL, NULL, NULL, dw, 0, 8), FASTLN_OK,
+         "rms backward no rows, NULL");
+  expect(dw[0] == 0.0f && dw[7] == 0.0f, 1, "rms backward no rows zeroes dweight");
+  expect(fastln_layer_norm_f32(NULL, y, NULL, NULL, NULL, NULL, -1, 8, 1e-5f), FASTLN_ERR_BAD_SHAPE,
+         "rows < 0 with NULL x is a bad shape");
+
   float w32[8];
   expect(fastln_f16_to_f32(x16, w32, 8), FASTLN_OK, "f16 widen valid");
   expect(w32[0] == 1.0f && w32[7] == 8.0f, 1, "f16 widen values");
