@@ -179,6 +179,9 @@ def set_isa(name: Optional[str]) -> None:
         raise RuntimeError(f"ISA {name!r} cannot run on this CPU or build; usable here: {usable}")
 
 
+_INT64_MAX = (1 << 63) - 1
+
+
 def _count(what: str, v, none_ok: str = "") -> int:
     """v as a count for the C setters: an int (not a bool, which operator.index takes as 0 or 1;
     axis=True is refused too) from 0 to 2**63 - 1, so that a value past C's int64 is a ValueError
@@ -191,9 +194,6 @@ def _count(what: str, v, none_ok: str = "") -> int:
     if v > _INT64_MAX:
         raise ValueError(f"{what} must be at most 2**63 - 1, got {v}")
     return v
-
-
-_INT64_MAX = (1 << 63) - 1
 
 
 def set_num_threads(n: int) -> None:

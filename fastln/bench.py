@@ -524,24 +524,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         notes.append(_have("matplotlib") + " (no plot)")
         a.plot = None
 
-    if shapes is not None:
-        pass
-    elif a.quick:
-        shapes = list(QUICK_SHAPES)
-    elif a.full:
-        shapes = grid(MAX_BYTES, max(dt.itemsize for dt in dtypes))
-    else:
-        shapes = grid(64 << 20, max(dt.itemsize for dt in dtypes))
+    if shapes is None:
+        if a.quick:
+            shapes = list(QUICK_SHAPES)
+        else:
+            shapes = grid(MAX_BYTES if a.full else 64 << 20, max(dt.itemsize for dt in dtypes))
     # Many short rounds rather than a few long ones: on a busy machine the best round is then more
     # likely to fall in a quiet moment.
     rounds = a.rounds if a.rounds is not None else (12 if a.quick else 15)
     round_time = 0.002 if a.quick else 0.01
 
-    # Opened before the timings, so that a path that cannot be written fails now, not after them.
-    try:
-        json_file = open(a.json, "w") if a.json else None
-    except OSError as e:
-        p.error(f"--json: {e}")
+    # A path that cannot be written fails now, not after the timings; "a" keeps an earlier file's
+    # results until this run's replace them.
+    if a.json:
+        try:
+            with open(a.json, "a"):
+                pass
+        except OSError as e:
+            p.error(f"--json: {e}")
     # run() sets --threads; the record says what the timings ran with.
     info = dict(fastln.runtime_info(), num_threads=a.threads)
     sb, sb16 = (v / (1 << 20) for v in info["stream_bytes"])
@@ -564,8 +564,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         results = run(shapes, dtypes, modes, a.threads, names, rounds, round_time,
                       sweeps=a.sweeps)
     except MemoryError as e:
-        if json_file is not None:
-            json_file.close()
         p.error(f"--shapes: too large for this machine's memory ({e})")
     print()
     for line in summary(results):
@@ -588,8 +586,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print("\nlayer_norm_backward's dx and dweight, given the forward pass's mean and rstd, "
               "against the exact gradient: max |g - exact| / max |exact| (eps = 1e-12):")
         print(_accuracy.format_backward_table(accuracy["backward"]))
-    if json_file is not None:
-        with json_file as f:
+    if a.json:
+        with open(a.json, "w") as f:
             json.dump({"machine": machine(), "runtime": info, "numpy": np.__version__,
                        "sweeps": a.sweeps, "results": results, "accuracy": accuracy}, f,
                       indent=1)
