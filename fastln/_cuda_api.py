@@ -346,7 +346,10 @@ class _Call:
         st = self.lib.strides(a)
         if _c_contiguous(a.shape, st):
             return self.lib.reshape(a, (rows, cols)), cols
-        if len(a.shape) == 2 and (st[1] == 1 or cols == 1) and (rows == 1 or st[0] >= cols):
+        # Only an array that is already rows x cols: axis=0 on a 2-D (A, B) view makes one row of
+        # A*B values, which that view's gaps between its rows cannot hold.
+        if tuple(a.shape) == (rows, cols) and (st[1] == 1 or cols == 1) and (
+                rows == 1 or st[0] >= cols):
             return a, (st[0] if rows > 1 else cols)
         return self.lib.reshape(self.lib.contiguous(a), (rows, cols)), cols
 

@@ -174,6 +174,12 @@ def test_c_api_checks_arguments_before_any_cuda_call():
     if not CUDA["available"]:
         with pytest.raises(_cuda.CudaError):
             _cuda.layer_norm(*good)
+        # No rows with dweight wanted: no workspace is needed (fastln_cuda_backward_workspace asks
+        # for 0 bytes), so the call goes on to zero dweight, which needs the GPU; it was refused
+        # for its NULL workspace.
+        with pytest.raises(_cuda.CudaError):
+            _cuda.layer_norm_backward(0, fake, 8, fake, 8, fake, fake, 0, 0, 0, fake, 8, fake, 0,
+                                      0, 0, 0, 8, 0, 0)
 
 
 @pytest.mark.skipif(not CUDA["available"], reason="needs a GPU")
@@ -454,6 +460,24 @@ def test_sim_strides_inplace_and_aliasing(sim):
     assert h is r
     np.testing.assert_array_equal(r.numpy(), s.numpy())
     np.testing.assert_allclose(y.numpy(), ref_forward(s.numpy())[0], rtol=1e-5, atol=1e-5)
+
+
+def test_sim_one_row_over_a_strided_2d_view(sim):
+    # axis=0 on a 2-D view with gaps between its rows: one row of all its values. The view was
+    # handed to the kernels as it stood, with ld = A*B: they read the gaps and wrote into them.
+    torch = sim.torch
+    base = torch.arange(32, dtype=torch.float32).reshape(4, 8)
+    x = base[:, :4]
+    want = ref_forward(x.reshape(1, 16).numpy())[0].reshape(4, 4)
+    np.testing.assert_allclose(fastln.layer_norm(x, axis=0).numpy(), want, rtol=1e-5, atol=1e-5)
+    out_base = torch.full((4, 8), 7.0)
+    out = fastln.layer_norm(x, axis=0, out=out_base[:, :4])
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(out_base[:, 4:].numpy(), np.full((4, 4), 7.0))  # gaps kept
+    dy = torch.ones(4, 8)[:, :4]
+    _, mean, rstd = _cuda_api.layer_norm(x, axis=0, return_stats=True)
+    dx = fastln.layer_norm_backward(dy, x, mean, rstd, axis=0)[0]
+    np.testing.assert_allclose(dx.numpy(), np.zeros((4, 4)), atol=1e-6)  # constant dy
 
 
 def test_sim_float16_and_zero_rows(sim):

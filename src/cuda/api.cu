@@ -160,10 +160,9 @@ int RunBackward(int dtype, const BwdArgs &a, int device, void *stream) {
   int st = CheckBackward(dtype, a);
   if (st != FASTLN_CUDA_OK) return st;
   const bool partial = a.dw || a.db;
-  if (partial && (!a.partial || (reinterpret_cast<uintptr_t>(a.partial) & 15u)))
-    return FASTLN_CUDA_ERR_WORKSPACE;
   if (a.rows == 0) {
-    // No rows: the parameter gradients are zero.
+    // No rows: the parameter gradients are zero, and no workspace is used
+    // (fastln_cuda_backward_workspace asks for 0 bytes, so it may be NULL).
     if (!partial) return FASTLN_CUDA_OK;
     DeviceGuard guard(device);
     if (guard.error() != cudaSuccess) return Fail(guard.error(), "selecting the device");
@@ -173,6 +172,8 @@ int RunBackward(int dtype, const BwdArgs &a, int device, void *stream) {
     if (e == cudaSuccess && a.db) e = cudaMemsetAsync(a.db, 0, size_t(a.cols) * sizeof(float), s);
     return e == cudaSuccess ? FASTLN_CUDA_OK : Fail(e, "zeroing the parameter gradients");
   }
+  if (partial && (!a.partial || (reinterpret_cast<uintptr_t>(a.partial) & 15u)))
+    return FASTLN_CUDA_ERR_WORKSPACE;
   DeviceGuard guard(device);
   if (guard.error() != cudaSuccess) return Fail(guard.error(), "selecting the device");
   if (partial) {
