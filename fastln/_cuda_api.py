@@ -427,6 +427,25 @@ def _target(call: _Call, y, rows, cols, inputs):
     return y2, ld, copied
 
 
+def _apart(call: _Call, p, outs):
+    """p (a contiguous float32 vector), or a copy of it where it shares memory with an output the
+    kernel writes: other blocks read weight and bias while one writes y, and the CPU path reads
+    them as if copied too."""
+    if p is None:
+        return None
+    lo = call.lib.ptr(p)
+    hi = lo + p.shape[0] * 4
+    for o, ld in outs:
+        if o is None:
+            continue
+        olo, ohi = call.span(o, ld)
+        if olo < hi and lo < ohi:
+            q = call.lib.empty(tuple(p.shape), 0, call.x)
+            call.lib.copy_into(q, p)
+            return q
+    return p
+
+
 def _shape(x, axis):
     ndim = len(x.shape)
     if ndim == 0:
@@ -475,6 +494,8 @@ def _forward(rms, x, weight, bias, eps, axis, out, return_stats, residual, resid
         h2, ldh, h_copy = _target(call, h, rows, cols, inputs) if h is not None else (None, 0, False)
         y_inputs = inputs + ([(h2, ldh)] if h2 is not None else [])
         y2, ldy, y_copy = _target(call, y, rows, cols, y_inputs)
+        outs = [(y2, ldy), (h2, ldh)]
+        w, b = _apart(call, w, outs), _apart(call, b, outs)
         p = call.ptr
         stream = call.stream()
         if rms:

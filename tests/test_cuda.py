@@ -336,7 +336,7 @@ class SimKernels:
         return None if ptr == 0 else _sim_view(ptr, 1, n, n, np.float32)[0]
 
     def _fwd(self, rms, code, x, ldx, r, ldr, y, ldy, h, ldh, w, b, mean, rstd, rows, cols, eps):
-        self.calls.append(("rms" if rms else "ln", rows, cols, ldx, ldy))
+        self.calls.append(("rms" if rms else "ln", rows, cols, ldx, ldy, w, b))
         dt = _SIM_DTYPES[code]
         xv = _sim_view(x, rows, cols, ldx, dt).astype(np.float64)
         if r:
@@ -478,6 +478,22 @@ def test_sim_one_row_over_a_strided_2d_view(sim):
     _, mean, rstd = _cuda_api.layer_norm(x, axis=0, return_stats=True)
     dx = fastln.layer_norm_backward(dy, x, mean, rstd, axis=0)[0]
     np.testing.assert_allclose(dx.numpy(), np.zeros((4, 4)), atol=1e-6)  # constant dy
+
+
+def test_sim_weight_sharing_memory_with_out_is_copied(sim):
+    # out= over the weight's own memory: the kernels get a copy of the weight, as other blocks
+    # would read it while one writes y (the simulated kernels read it first, so only the
+    # pointers can show it).
+    torch = sim.torch
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(1, 16, generator=g)
+    buf = torch.randn(2, 16, generator=g)
+    w, b = buf[0], buf[1]
+    want = ref_forward(x.numpy(), w.numpy().copy(), b.numpy().copy())[0]
+    y = fastln.layer_norm(x, w, b, out=buf[0:1])
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-5, atol=1e-5)
+    _, _, _, _, _, wp, bp = sim.calls[-1]
+    assert wp != buf[0].data_ptr() and bp == buf[1].data_ptr()  # only the one under out
 
 
 def test_sim_float16_and_zero_rows(sim):
