@@ -152,8 +152,8 @@ def make_impl(name: str, x: np.ndarray, w: np.ndarray, b: np.ndarray, out: bool,
         return lambda: ln(x, w, b, EPS)
     if name == "fastln_1t":
         # One thread for a whole batch of calls (enter/leave, outside the timed span): set and
-        # reset around each call, the two settings cost about 0.4 us, which at 1x768 (0.35 us a
-        # call) made the "x 1 thread" column read 2.2 where the threads gave nothing.
+        # reset around each call, the two settings took about 1 us, which at 1x768 (0.4 us a
+        # call) made the "x 1 thread" column read 2.96 where the threads gave nothing (0.98).
         ln = fastln.layer_norm
         one_thread = (lambda: ln(x, w, b, EPS, out=y)) if out else (lambda: ln(x, w, b, EPS))
         return _Batched(one_thread, lambda: fastln.set_num_threads(1),

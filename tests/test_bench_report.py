@@ -70,7 +70,7 @@ def test_bad_arguments(bad, capsys):
 
 def test_one_thread_column_holds_its_setting_for_a_whole_batch(monkeypatch):
     # fastln_1t's calls run on one thread, set once a batch outside the clock: set around each
-    # call, the settings' cost (0.4 us) showed as a speedup from threads at 1x768.
+    # call, the settings' cost (about 1 us) showed as a speedup from threads at 1x768.
     if not fastln.runtime_info()["openmp"]:
         pytest.skip("a build without OpenMP runs one thread whatever is set")
     x, w, b = bench.inputs(4, 64, np.float32)
