@@ -734,6 +734,44 @@ def test_gpu_large_offset_nan_rows_and_cpu_agreement():
     assert np.isnan(y[3]).all() and np.isnan(y[5]).all() and np.isfinite(y[[0, 1, 2, 4]]).all()
 
 
+def _far_rows_and_limit_rows(dev, host, cols):
+    """Backward at an offset of 1e6 against the exact mean (the float32 mean is off by up to 0.03
+    there, which the kernels must recover, as the CPU path does), and forward rows of finite
+    values of both signs near float32's limit (their differences from the pivot overflow)."""
+    rng = np.random.default_rng(cols)
+    rows = 64 if cols < 4096 else 3
+    x = (1e6 + rng.standard_normal((rows, cols))).astype(np.float32)
+    dy = rng.standard_normal((rows, cols)).astype(np.float32)
+    w = rng.standard_normal(cols).astype(np.float32)
+    _, m, s = fastln.layer_norm(dev(x), dev(w), return_stats=True)
+    dx, dw, db = map(host, fastln.layer_norm_backward(dev(dy), dev(x), m, s, dev(w)))
+    exact = x.astype(np.float64).mean(axis=1)
+    rdx, rdw, rdb = ref_backward(dy, x, exact, host(s), w)
+    assert np.abs(dx - rdx).max() <= 1e-4 * np.abs(rdx).max()
+    assert np.abs(dw - rdw).max() <= 1e-4 * np.abs(rdw).max()
+    assert np.abs(db - rdb).max() <= 1e-4 * np.abs(rdb).max()
+    big = np.clip(rng.standard_normal((rows, cols)) * 1.5e38, -3.3e38, 3.3e38).astype(np.float32)
+    y, m, s = map(host, fastln.layer_norm(dev(big), return_stats=True))
+    want, wm, ws = ref_forward(big)
+    np.testing.assert_allclose(y, want, atol=1e-4)
+    np.testing.assert_allclose(m, wm, rtol=1e-5)
+    np.testing.assert_allclose(s, ws, rtol=1e-4)
+
+
+@pytest.mark.parametrize("cols", [768, 40000])
+def test_far_rows_check_holds_on_the_cpu_path(cols):
+    """The check the GPU test below makes, on the CPU path, which recovers the mean's rounding."""
+    _far_rows_and_limit_rows(lambda a: a, np.asarray, cols)
+
+
+@pytest.mark.cuda
+@needs_gpu
+@pytest.mark.parametrize("cols", [768, 40000])
+def test_gpu_far_rows_backward_and_rows_near_the_float32_limit(cols):
+    torch = _torch_cuda()
+    _far_rows_and_limit_rows(lambda a: torch.from_numpy(a).cuda(), lambda t: t.cpu().numpy(), cols)
+
+
 @pytest.mark.cuda
 @needs_gpu
 def test_gpu_runs_on_the_current_stream_and_device_errors():

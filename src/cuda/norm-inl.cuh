@@ -12,7 +12,9 @@
 //  - Statistics: the row is shifted by its first element before summing (as the CPU path does), so
 //    that a row at an offset of 1e6 keeps the digits of its spread; the variance is then a second
 //    pass over the registers, sum((d - mean_d)^2), which costs no memory traffic. A row whose
-//    squares could overflow float32 is scaled by a power of two first (OverflowScale).
+//    squares could overflow float32 is scaled by a power of two first (OverflowScale), and one
+//    whose differences could, halved (ShiftHalf). The backward pass recovers what the float32
+//    mean's rounding left out for rows far from zero (MeanRest), as the CPU path does.
 //  - Backward: dweight/dbias partials accumulate per block in shared memory (every thread owns
 //    fixed columns), are folded in a fixed order into one float32 row per block of a workspace, and
 //    a second kernel sums those rows in a fixed order. No atomics: results are bitwise repeatable.
@@ -198,6 +200,15 @@ __device__ __forceinline__ float OverflowScale(float amax, float n) {
   return ldexpf(1.f, -ilogbf(amax));
 }
 
+// Rows are shifted by their first value; a difference from a pivot of 2^100 or more could pass
+// float32's range (finite values of both signs near its limit), so such rows take the
+// differences halved (exactly, with one rounding: x * 0.5 - pivot * 0.5 contracts to an FMA or
+// halves exactly) and carry the 1/2 in their scale. Below that the difference cannot overflow:
+// it stays under FLT_MAX + 2^103, which rounds to FLT_MAX.
+__device__ __forceinline__ float ShiftHalf(float pivot) {
+  return fabsf(pivot) >= 0x1p100f ? 0.5f : 1.f;
+}
+
 // Whether any row group of the warp (TPR <= 32) or of the block (several groups of more than a
 // warp) has `flag`: every thread then takes the same shuffles and barriers. A block of one row
 // group already agrees.
@@ -309,19 +320,20 @@ __global__ void __launch_bounds__(BLOCK) FwdRegKernel(FwdArgs a) {
       rstd = r * scale;
     } else {
       const float pivot = RowBroadcast<TPR>(v[0][0], &piv[group], t);
-      float s[2] = {0.f, 0.f};  // sum of x - pivot, max |x - pivot|
+      const float half = ShiftHalf(pivot);
+      float s[2] = {0.f, 0.f};  // sum of x - pivot, max |x - pivot| (halved with half)
 #pragma unroll
       for (int i = 0; i < ITEMS; ++i) {
         const bool in = (int64_t(i) * TPR + t) * VEC < cols;
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
-          v[i][k] = in ? v[i][k] - pivot : 0.f;
+          v[i][k] = in ? v[i][k] * half - pivot * half : 0.f;
           s[0] += v[i][k];
           s[1] = fmaxf(s[1], fabsf(v[i][k]));
         }
       }
       RowSum<TPR, 2, 1>(s, red, group, t);
-      const float scale = RescaleIfHuge<TPR, RPB>(v, s, false, n, red, group, t);
+      const float sc = RescaleIfHuge<TPR, RPB>(v, s, false, n, red, group, t), scale = half * sc;
       const float md = s[0] / n;
       float q[1] = {0.f};
 #pragma unroll
@@ -336,7 +348,7 @@ __global__ void __launch_bounds__(BLOCK) FwdRegKernel(FwdArgs a) {
       RowSum<TPR, 1>(q, red, group, t);
       r = 1.f / sqrtf(q[0] / n + a.eps * scale * scale);
       rstd = r * scale;
-      mean = pivot + md / scale;
+      mean = (pivot * half + md / sc) / half;  // a halved row's mean - pivot may pass FLT_MAX
     }
 
     if (valid) {
@@ -399,28 +411,30 @@ __global__ void __launch_bounds__(BLOCK) FwdLoopKernel(FwdArgs a) {
         if (hr) StoreF<T, VEC>(hr + c, v);
       }
     };
-    const float shift = a.rms ? 0.f : pivot;
-    float s[2] = {0.f, 0.f};  // sum of (x - shift) or of its squares; max |x - shift|
+    const float shift = a.rms ? 0.f : pivot, half = a.rms ? 1.f : ShiftHalf(pivot);
+    float s[2] = {0.f, 0.f};  // sum of (x - shift) or of its squares; max |x - shift| (halved)
     for (int64_t c = int64_t(threadIdx.x) * VEC; c < cols; c += step) {
       float v[VEC];
       load(c, v, true);
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
-        const float d = v[k] - shift;
+        const float d = v[k] * half - shift * half;
         s[0] = a.rms ? fmaf(d, d, s[0]) : s[0] + d;
         s[1] = fmaxf(s[1], fabsf(d));
       }
     }
     BlockSum<BLOCK, 2, 1>(s, red);
-    const float scale = OverflowScale(s[1], n);  // the same in every thread of the block
-    if (scale != 1.f) {
+    // sc: the scale of the halved differences; scale, of x's own units. The same in every
+    // thread of the block.
+    const float sc = OverflowScale(s[1], n), scale = half * sc;
+    if (sc != 1.f) {
       float q[1] = {0.f};
       for (int64_t c = int64_t(threadIdx.x) * VEC; c < cols; c += step) {
         float v[VEC];
         load(c, v, false);
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
-          const float d = (v[k] - shift) * scale;
+          const float d = (v[k] * half - shift * half) * sc;
           q[0] = a.rms ? fmaf(d, d, q[0]) : q[0] + d;
         }
       }
@@ -439,7 +453,7 @@ __global__ void __launch_bounds__(BLOCK) FwdLoopKernel(FwdArgs a) {
         load(c, v, false);
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
-          const float d = (v[k] - pivot) * scale - md;
+          const float d = (v[k] * half - shift * half) * sc - md;
           q[0] = fmaf(d, d, q[0]);
         }
       }
@@ -454,7 +468,7 @@ __global__ void __launch_bounds__(BLOCK) FwdLoopKernel(FwdArgs a) {
       if (a.b) LoadParams<VEC>(a.b + c, b);
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
-        float u = ((v[k] - shift) * scale - md) * r;
+        float u = ((v[k] * half - shift * half) * sc - md) * r;
         if (a.w) u *= w[k];
         if (a.b) u += b[k];
         o[k] = u;
@@ -462,7 +476,7 @@ __global__ void __launch_bounds__(BLOCK) FwdLoopKernel(FwdArgs a) {
       StoreF<T, VEC>(yr + c, o);
     }
     if (threadIdx.x == 0) {
-      if (a.mean) a.mean[row] = pivot + md / scale;
+      if (a.mean) a.mean[row] = (pivot * half + md / sc) / half;  // as in FwdRegKernel
       if (a.rstd) a.rstd[row] = rstd;
     }
     __syncthreads();  // the next row's pivot read must follow this row's writes
@@ -471,15 +485,47 @@ __global__ void __launch_bounds__(BLOCK) FwdLoopKernel(FwdArgs a) {
 
 // ---- backward --------------------------------------------------------------------------------------
 
+// The float32 mean the forward pass returns is rounded by up to half its last place: 0.03 at 1e6,
+// a few percent of a unit spread, which taken as given would shift every xhat and so dx and
+// dweight. sum(x - mean) (exact differences for values within a factor of two of the mean) gives
+// back what it left out; returned in units of xhat, (sum / n) * rstd. As on the CPU path, only
+// for rows whose |mean| is more than 16 standard deviations (nearer ones lose at most 16 units
+// of float32's roundoff, and keep their bits), and 0 where not finite, so that a row with one NaN
+// or Inf keeps its other columns' dweight.
+__device__ __forceinline__ float MeanRest(float sum, float n, float mean, float rstd) {
+  if (!(fabsf(mean * rstd) > 16.f)) return 0.f;
+  const float e = sum / n * rstd;
+  return isfinite(e) ? e : 0.f;
+}
+
+// (x - mean) * rstd, with d = x - mean for MeanRest's sum. Finite values of both signs near
+// float32's limit have a difference past its range: it is then taken halved (exact) and scaled
+// back after rstd, and d stays Inf, which turns MeanRest off for the row (there the mean's
+// rounding is a 1e-7 part of the spread).
+__device__ __forceinline__ float Centered(float x, float mean, float rstd, float &d) {
+  d = x - mean;
+  if (fabsf(d) != INFINITY) return d * rstd;
+  return (0.5f * x - 0.5f * mean) * rstd * 2.f;
+}
+
+// Blocks per multiprocessor to keep: float32's 512-thread blocks fitted two per SM (64 registers)
+// when measured on the H200, and MeanRest's third sum would take them to 68-78 registers (one
+// block per SM) unless asked; ptxas keeps them at 64 with at most 8 bytes of spills. The 16-bit
+// kernels ran one block per SM already.
+template <class T, int BLOCK>
+constexpr int BwdMinBlocks() {
+  return sizeof(T) == 4 ? 1024 / BLOCK : 1;
+}
+
 // Partial sums live in shared memory (acc: [2][RPB][TPR * ITEMS * VEC] floats) while the block
 // loops over its rows; each thread only touches its own columns, so no barrier is needed until
 // the fold into the workspace at the end.
 template <class T, int VEC, int TPR, int ITEMS, int BLOCK>
-__global__ void __launch_bounds__(BLOCK) BwdRegKernel(BwdArgs a) {
+__global__ void __launch_bounds__(BLOCK, (BwdMinBlocks<T, BLOCK>())) BwdRegKernel(BwdArgs a) {
   constexpr int RPB = BLOCK / TPR;
   constexpr int kWarps = TPR > 32 ? TPR / 32 : 1;
   constexpr int kSpan = TPR * ITEMS * VEC;
-  __shared__ float red[RPB * kWarps * 2];
+  __shared__ float red[RPB * kWarps * 3];
   float *accw = DynamicSmem();
   float *accb = accw + RPB * kSpan;
   const int group = threadIdx.x / TPR, t = threadIdx.x % TPR;
@@ -502,14 +548,14 @@ __global__ void __launch_bounds__(BLOCK) BwdRegKernel(BwdArgs a) {
   for (int64_t base = int64_t(blockIdx.x) * RPB; base < a.rows; base += int64_t(gridDim.x) * RPB) {
     const int64_t row = base + group;
     const bool valid = row < a.rows;
-    // xv: x, then xhat; gv: dy, then g = dy * w.
+    // xv: x, then (x - mean) * rstd (less MeanRest's e once known); gv: dy, then g = dy * w.
     float xv[ITEMS][VEC], gv[ITEMS][VEC];
     float mean = 0.f, rstd = 0.f;
     if (valid) {
       if (!a.rms) mean = a.mean[row];
       rstd = a.rstd[row];
     }
-    float s[2] = {0.f, 0.f};  // sum(g * xhat), sum(g)
+    float s[3] = {0.f, 0.f, 0.f};  // sum(g * xv), sum(g), sum(x - mean)
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
       const int64_t c = (int64_t(i) * TPR + t) * VEC;
@@ -519,7 +565,11 @@ __global__ void __launch_bounds__(BLOCK) BwdRegKernel(BwdArgs a) {
         float w[VEC];
         if (a.w) LoadParams<VEC>(a.w + c, w);
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) xv[i][k] = (xv[i][k] - mean) * rstd;
+        for (int k = 0; k < VEC; ++k) {
+          float d;
+          xv[i][k] = Centered(xv[i][k], mean, rstd, d);
+          s[2] += d;
+        }
         if (partial) {
           float dwv[VEC];
 #pragma unroll
@@ -539,13 +589,26 @@ __global__ void __launch_bounds__(BLOCK) BwdRegKernel(BwdArgs a) {
         for (int k = 0; k < VEC; ++k) xv[i][k] = gv[i][k] = 0.f;
       }
     }
-    RowSum<TPR, 2>(s, red, group, t);
-    const float c1 = s[0] / n, c2 = a.rms ? 0.f : s[1] / n;
+    RowSum<TPR, 3>(s, red, group, t);
+    const float e = a.rms ? 0.f : MeanRest(s[2], n, mean, rstd);
+    const float c1 = (e != 0.f ? s[0] - e * s[1] : s[0]) / n, c2 = a.rms ? 0.f : s[1] / n;
     if (valid) {
 #pragma unroll
       for (int i = 0; i < ITEMS; ++i) {
         const int64_t c = (int64_t(i) * TPR + t) * VEC;
         if (c < cols) {
+          if (e != 0.f) {
+            // A far row: its dweight partials took dy * (x - mean) * rstd above; dy is read
+            // again (before dx, which may be dy, is written) to take dy * e back out.
+            float dy[VEC];
+            LoadF<T, VEC>(DY + row * a.lddy + c, dy);
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) {
+              xv[i][k] -= e;
+              dy[k] *= -e;
+            }
+            if (partial) AccAdd<VEC>(accw + group * kSpan + int(c), dy);
+          }
           float o[VEC];
 #pragma unroll
           for (int k = 0; k < VEC; ++k) o[k] = (gv[i][k] - c2 - xv[i][k] * c1) * rstd;
@@ -583,7 +646,7 @@ __global__ void __launch_bounds__(BLOCK) BwdRegKernel(BwdArgs a) {
 // the block's own workspace rows (each thread owns fixed columns there too).
 template <class T, int VEC, int BLOCK>
 __global__ void __launch_bounds__(BLOCK) BwdLoopKernel(BwdArgs a) {
-  __shared__ float red[BLOCK / 32 * 2];
+  __shared__ float red[BLOCK / 32 * 3];
   const BwdArrays<T> arr(a);
   const T *DY = arr.dy, *X = arr.x, *DR = arr.dr;
   T *DX = arr.dx;
@@ -602,33 +665,38 @@ __global__ void __launch_bounds__(BLOCK) BwdLoopKernel(BwdArgs a) {
     const float rstd = a.rstd[row];
     const T *xr = X + row * a.ldx;
     const T *dyr = DY + row * a.lddy;
-    // Loads xhat and g for VEC columns at c.
-    auto load = [&](int64_t c, float (&xh)[VEC], float (&dy)[VEC], float (&g)[VEC]) {
-      LoadF<T, VEC>(xr + c, xh);
+    // Loads x - mean, (x - mean) * rstd less e (MeanRest, once known; see Centered), dy and
+    // g = dy * w for VEC columns at c.
+    float e = 0.f;
+    auto load = [&](int64_t c, float (&d)[VEC], float (&xh)[VEC], float (&dy)[VEC],
+                    float (&g)[VEC]) {
+      LoadF<T, VEC>(xr + c, d);
       LoadF<T, VEC>(dyr + c, dy);
       float w[VEC];
       if (a.w) LoadParams<VEC>(a.w + c, w);
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
-        xh[k] = (xh[k] - mean) * rstd;
+        xh[k] = Centered(d[k], mean, rstd, d[k]) - e;
         g[k] = a.w ? dy[k] * w[k] : dy[k];
       }
     };
-    float s[2] = {0.f, 0.f};
+    float s[3] = {0.f, 0.f, 0.f};  // sum(g * xhat), sum(g), sum(x - mean)
     for (int64_t c = int64_t(threadIdx.x) * VEC; c < cols; c += step) {
-      float xh[VEC], dy[VEC], g[VEC];
-      load(c, xh, dy, g);
+      float d[VEC], xh[VEC], dy[VEC], g[VEC];
+      load(c, d, xh, dy, g);
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
         s[0] = fmaf(g[k], xh[k], s[0]);
         s[1] += g[k];
+        s[2] += d[k];
       }
     }
-    BlockSum<BLOCK, 2>(s, red);
-    const float c1 = s[0] / n, c2 = a.rms ? 0.f : s[1] / n;
+    BlockSum<BLOCK, 3>(s, red);
+    if (!a.rms) e = MeanRest(s[2], n, mean, rstd);
+    const float c1 = (e != 0.f ? s[0] - e * s[1] : s[0]) / n, c2 = a.rms ? 0.f : s[1] / n;
     for (int64_t c = int64_t(threadIdx.x) * VEC; c < cols; c += step) {
-      float xh[VEC], dy[VEC], g[VEC], o[VEC];
-      load(c, xh, dy, g);
+      float d[VEC], xh[VEC], dy[VEC], g[VEC], o[VEC];
+      load(c, d, xh, dy, g);
 #pragma unroll
       for (int k = 0; k < VEC; ++k) o[k] = (g[k] - c2 - xh[k] * c1) * rstd;
       if (DR) {
