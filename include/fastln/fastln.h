@@ -83,8 +83,11 @@ int fastln_rms_norm_f64_ld(const double *x, int64_t ldx, double *y, int64_t ldy,
  * (layer norm) dbias = sum over rows of dy, each of cols elements, xhat = (x - mean) * rstd
  * (RMSNorm: x * rstd). weight NULL means weight = 1. dweight and dbias are summed in the data's
  * type over fixed blocks of rows (16 to 64, set by cols), then over the blocks in double in a fixed
- * order: they are bitwise the same at any thread count. dx must not overlap dy or x other than being one of them with the same leading
- * dimension. May return FASTLN_ERR_NO_MEMORY when dweight or dbias is requested. */
+ * order: they are bitwise the same at any thread count. dx must not overlap dy or x other than
+ * being one of them with the same leading dimension. Rows whose |mean| is more than 16 standard
+ * deviations recover what the rounding of the given mean left out (sum(x - mean) / n), so that a
+ * float32 row at 1e6 + N(0,1) keeps dx and dweight to float32's precision. May return
+ * FASTLN_ERR_NO_MEMORY when dweight or dbias is requested. */
 int fastln_layer_norm_backward_f32(const float *dy, const float *x, const float *mean,
                                    const float *rstd, const float *weight, float *dx,
                                    float *dweight, float *dbias, int64_t rows, int64_t cols);
