@@ -75,7 +75,9 @@ int fastln_cuda_backward_workspace(int dtype, int rms, int64_t rows, int64_t col
  * mean and rstd: dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * weight and
  * xhat = (x - mean) * rstd; dweight = sum over rows of dy * xhat, dbias = sum of dy. dresidual, the
  * gradient reaching h through the residual stream, is added to dx when given (dx is then also the
- * residual's gradient). weight, dresidual, dweight, dbias may be NULL. */
+ * residual's gradient). weight, dresidual, dweight, dbias may be NULL. Rows whose |mean| is more
+ * than 16 standard deviations take xhat = (x - mean - sum(x - mean) / n) * rstd, which recovers
+ * the rounding of the float32 mean (as the CPU path does). */
 int fastln_cuda_layer_norm_backward(int dtype, const void *dy, int64_t lddy, const void *x,
                                     int64_t ldx, const float *mean, const float *rstd,
                                     const float *weight, const void *dresidual, int64_t lddr,
