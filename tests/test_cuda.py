@@ -754,7 +754,8 @@ def _far_rows_and_limit_rows(dev, host, cols):
     y, m, s = map(host, fastln.layer_norm(dev(big), return_stats=True))
     want, wm, ws = ref_forward(big)
     np.testing.assert_allclose(y, want, atol=1e-4)
-    np.testing.assert_allclose(m, wm, rtol=1e-5)
+    # The mean, ~1e35 under a spread of 1.5e38, to float32's precision of the spread
+    np.testing.assert_allclose(m, wm, rtol=0, atol=1e-6 * np.abs(big).max())
     np.testing.assert_allclose(s, ws, rtol=1e-4)
 
 

@@ -508,20 +508,17 @@ __device__ __forceinline__ float Centered(float x, float mean, float rstd, float
   return (0.5f * x - 0.5f * mean) * rstd * 2.f;
 }
 
-// Blocks per multiprocessor to keep: float32's 512-thread blocks fitted two per SM (64 registers)
-// when measured on the H200, and MeanRest's third sum would take them to 68-78 registers (one
-// block per SM) unless asked; ptxas keeps them at 64 with at most 8 bytes of spills. The 16-bit
-// kernels ran one block per SM already.
-template <class T, int BLOCK>
-constexpr int BwdMinBlocks() {
-  return sizeof(T) == 4 ? 1024 / BLOCK : 1;
-}
+// Two 512-thread blocks per SM (or one of 1024): MeanRest's third sum took the backward kernels
+// past 64 registers (float32 68-78, 16-bit 76-98: one block per SM), where float32's had fitted
+// two blocks per SM when measured on the H200, and 16-bit's for rows of up to 16 and of 513-1024
+// values. Asked for two, ptxas (sm_90) keeps every tier at 64 with at most 8 bytes of spills.
+constexpr int BwdMinBlocks(int block) { return 1024 / block; }
 
 // Partial sums live in shared memory (acc: [2][RPB][TPR * ITEMS * VEC] floats) while the block
 // loops over its rows; each thread only touches its own columns, so no barrier is needed until
 // the fold into the workspace at the end.
 template <class T, int VEC, int TPR, int ITEMS, int BLOCK>
-__global__ void __launch_bounds__(BLOCK, (BwdMinBlocks<T, BLOCK>())) BwdRegKernel(BwdArgs a) {
+__global__ void __launch_bounds__(BLOCK, BwdMinBlocks(BLOCK)) BwdRegKernel(BwdArgs a) {
   constexpr int RPB = BLOCK / TPR;
   constexpr int kWarps = TPR > 32 ? TPR / 32 : 1;
   constexpr int kSpan = TPR * ITEMS * VEC;
@@ -636,8 +633,8 @@ __global__ void __launch_bounds__(BLOCK, (BwdMinBlocks<T, BLOCK>())) BwdRegKerne
         sw += accw[g * kSpan + c];
         sb += accb[g * kSpan + c];
       }
-      pw[c] = sw;
-      pb[c] = sb;
+      if (a.dw) pw[c] = sw;
+      if (a.db) pb[c] = sb;
     }
   }
 }
@@ -654,10 +651,14 @@ __global__ void __launch_bounds__(BLOCK) BwdLoopKernel(BwdArgs a) {
   const float n = float(cols);
   const int64_t step = int64_t(BLOCK) * VEC;
   const int64_t nb = gridDim.x;
-  float *pw = a.partial ? a.partial + int64_t(blockIdx.x) * cols : nullptr;
-  float *pb = a.partial ? a.partial + (nb + blockIdx.x) * cols : nullptr;
-  if (pw) {
-    for (int64_t c = threadIdx.x; c < cols; c += BLOCK) pw[c] = pb[c] = 0.f;
+  // Only the partial rows wanted: ColumnSumKernel reads each half only for its output.
+  float *pw = a.partial && a.dw ? a.partial + int64_t(blockIdx.x) * cols : nullptr;
+  float *pb = a.partial && a.db ? a.partial + (nb + blockIdx.x) * cols : nullptr;
+  if (a.partial) {
+    for (int64_t c = threadIdx.x; c < cols; c += BLOCK) {
+      if (pw) pw[c] = 0.f;
+      if (pb) pb[c] = 0.f;
+    }
     __syncthreads();  // the zeroing stride differs from the accumulation's below
   }
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
@@ -691,8 +692,15 @@ __global__ void __launch_bounds__(BLOCK) BwdLoopKernel(BwdArgs a) {
         s[2] += d[k];
       }
     }
-    BlockSum<BLOCK, 3>(s, red);
-    if (!a.rms) e = MeanRest(s[2], n, mean, rstd);
+    if (a.rms) {
+      float s2[2] = {s[0], s[1]};
+      BlockSum<BLOCK, 2>(s2, red);
+      s[0] = s2[0];
+      s[1] = s2[1];
+    } else {
+      BlockSum<BLOCK, 3>(s, red);
+      e = MeanRest(s[2], n, mean, rstd);
+    }
     const float c1 = (e != 0.f ? s[0] - e * s[1] : s[0]) / n, c2 = a.rms ? 0.f : s[1] / n;
     for (int64_t c = int64_t(threadIdx.x) * VEC; c < cols; c += step) {
       float d[VEC], xh[VEC], dy[VEC], g[VEC], o[VEC];
@@ -707,10 +715,11 @@ __global__ void __launch_bounds__(BLOCK) BwdLoopKernel(BwdArgs a) {
       }
       if (pw) {
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) {
-          pw[c + k] = fmaf(dy[k], xh[k], pw[c + k]);
-          pb[c + k] += dy[k];
-        }
+        for (int k = 0; k < VEC; ++k) pw[c + k] = fmaf(dy[k], xh[k], pw[c + k]);
+      }
+      if (pb) {
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) pb[c + k] += dy[k];
       }
       StoreF<T, VEC>(DX + row * a.lddx + c, o);
     }
