@@ -199,6 +199,8 @@ def _count(what: str, v, none_ok: str = "") -> int:
 def set_num_threads(n: int) -> None:
     """Use at most n threads; n = 0 follows OpenMP again (OMP_NUM_THREADS, threadpoolctl). More
     than 1024 counts as 1024, the most the thread pool runs (get_num_threads says so)."""
+    if not isinstance(n, (bool, np.bool_)) and operator.index(n) > 1024:
+        n = 1024  # before _count, so that 2**63 counts as 1024 too
     _core.set_num_threads(min(_count("number of threads", n), 1024))
 
 
@@ -294,7 +296,7 @@ def cache_info() -> dict:
 
 def _cache_limit_from_env() -> None:
     value = os.environ.get("FASTLN_CACHE_MB")
-    if value is None:
+    if value is None or not value.strip():  # empty counts as unset, as FASTLN_ISA's does
         return
     try:
         mb = float(value)

@@ -130,3 +130,9 @@ def test_env_limit():
     assert int(r.stdout) == 8 << 20
     r = _run("import fastln", FASTLN_CACHE_MB="lots")
     assert r.returncode != 0 and "FASTLN_CACHE_MB" in r.stderr
+    # empty, as container and CI configurations leave variables, is unset (as FASTLN_ISA's is)
+    default = _run("import fastln; print(fastln.cache_info()['limit'])")
+    for empty in ("", " "):
+        r = _run("import fastln; print(fastln.cache_info()['limit'])", FASTLN_CACHE_MB=empty)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout == default.stdout
