@@ -81,7 +81,9 @@ def normalize_axis(axis, ndim: int) -> int:
 
 
 def check_eps(eps) -> float:
-    if isinstance(eps, (str, bytes)):  # float() would parse it; torch and NumPy refuse one
+    # float() would parse a string (torch and NumPy refuse one) and take True as 1.0 (refused, as
+    # the settings refuse a bool count)
+    if isinstance(eps, (str, bytes, bool, np.bool_)):
         raise TypeError(f"eps must be a real number, not {type(eps).__name__}")
     try:
         e = float(eps)

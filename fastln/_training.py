@@ -21,6 +21,7 @@ from ._args import (
     apart_from,
     as_array,
     as_float_array,
+    as_real,
     check_eps,
     check_out,
     param,
@@ -53,9 +54,10 @@ def _stat(s, name: str, shape: tuple, norm_ndim: int, dtype: np.dtype) -> np.nda
     x.shape[:axis], or that shape followed by ones (torch's keepdim statistics)."""
     if s is None:  # as_array would make it an object array and the message name its dtype
         raise TypeError(f"{name} is required: pass the {name} that the forward pass returned")
-    a = as_array(s, name)
+    a = as_real(s, name)  # bfloat16 widened exactly, as for weight and bias
     if a.dtype.kind != "f" or a.dtype.itemsize > 8:
-        raise TypeError(f"{name} has dtype {a.dtype}; expected float32, float64 or float16")
+        raise TypeError(
+            f"{name} has dtype {a.dtype}; expected float32, float64, float16 or bfloat16")
     if a.shape != shape and a.shape != shape + (1,) * norm_ndim:
         raise ValueError(f"{name} has shape {a.shape}; expected {shape} for these x and axis")
     return np.ascontiguousarray(a, dtype=dtype).reshape(-1)
@@ -220,7 +222,11 @@ class _NormModule:
 
     def __init__(self, normalized_shape, eps, elementwise_affine, bias, dtype) -> None:
         if isinstance(normalized_shape, (int, np.integer)) or np.ndim(normalized_shape) == 0:
-            normalized_shape = (operator.index(normalized_shape),)  # 8, np.int64(8), np.array(8)
+            normalized_shape = (normalized_shape,)  # 8, np.int64(8), np.array(8)
+        # operator.index takes True as 1: LayerNorm(True) is refused as a bool count is
+        if any(isinstance(d, (bool, np.bool_)) or getattr(d, "dtype", None) == np.bool_
+               for d in normalized_shape):
+            raise TypeError(f"normalized_shape must hold ints, not bool: {normalized_shape!r}")
         self.normalized_shape: Tuple[int, ...] = tuple(operator.index(d) for d in normalized_shape)
         if len(self.normalized_shape) == 0 or any(d <= 0 for d in self.normalized_shape):
             raise ValueError(f"normalized_shape must be non-empty and positive, got {normalized_shape}")
@@ -275,8 +281,11 @@ class _NormModule:
                 "what it needs; module(x) keeps nothing (and drops what a forward kept)"
             )
         dx, dw, db = self._backward(dy, *self._saved)
-        self.grad_weight = dw
-        self.grad_bias = db if self.bias is not None else None
+        # In the parameters' dtype, as torch's .grad is, so that an optimizer's in-place update
+        # keeps it (a float64 x gives float64 sums; 16-bit x gives float32 ones)
+        self.grad_weight = None if dw is None else dw.astype(self.dtype, copy=False)
+        self.grad_bias = None if db is None or self.bias is None else db.astype(self.dtype,
+                                                                                  copy=False)
         return dx
 
     def zero_grad(self) -> None:

@@ -450,6 +450,45 @@ def test_module_state(rng):
     assert ln.grad_weight is None
 
 
+@pytest.mark.parametrize("cls", [fastln.LayerNorm, fastln.RMSNorm])
+def test_module_refuses_a_bool_shape(cls):
+    for shape in (True, (4, True), np.bool_(True), np.array(True)):
+        with pytest.raises(TypeError, match="bool"):
+            cls(shape)
+    assert cls(np.array(8)).normalized_shape == (8,)
+
+
+@pytest.mark.parametrize("param_dtype, x_dtype", [
+    (np.float32, np.float64), (np.float64, np.float32), (np.float32, np.float16),
+])
+def test_module_gradients_take_the_parameters_dtype(rng, param_dtype, x_dtype):
+    # As torch's .grad: an optimizer's in-place update then keeps the parameters' dtype.
+    ln = fastln.LayerNorm(8, dtype=param_dtype)
+    x = rng.standard_normal((3, 8)).astype(x_dtype)
+    ln.forward(x)
+    dy = rng.standard_normal((3, 8)).astype(x_dtype)
+    ln.backward(dy)
+    assert ln.grad_weight.dtype == param_dtype and ln.grad_bias.dtype == param_dtype
+    y, mean, rstd = fastln.layer_norm(x, return_stats=True)
+    _, dw, db = fastln.layer_norm_backward(dy, x, mean, rstd, np.ones(8, param_dtype))
+    np.testing.assert_allclose(ln.grad_weight, dw.astype(param_dtype), rtol=1e-6)
+    np.testing.assert_allclose(ln.grad_bias, db.astype(param_dtype), rtol=1e-6)
+
+
+def test_bfloat16_statistics_are_taken_as_float16_ones_are(rng):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    x = rng.standard_normal((4, 16)).astype(np.float32)
+    dy = rng.standard_normal((4, 16)).astype(np.float32)
+    _, mean, rstd = fastln.layer_norm(x, return_stats=True)
+    for half in (np.float16, ml_dtypes.bfloat16):
+        m, r = mean.astype(half), rstd.astype(half)
+        got = fastln.layer_norm_backward(dy, x, m, r)[0]
+        want = fastln.layer_norm_backward(dy, x, m.astype(np.float32), r.astype(np.float32))[0]
+        np.testing.assert_array_equal(got, want)  # widened exactly
+        got = fastln.rms_norm_backward(dy, x, r)[0]
+        np.testing.assert_array_equal(got, fastln.rms_norm_backward(dy, x, r.astype(np.float32))[0])
+
+
 def test_bad_input():
     x = np.ones((2, 4), np.float32)
     s = np.ones(2, np.float32)

@@ -94,9 +94,9 @@ def test_bad_eps(eps):
         fastln.layer_norm(X, eps=eps)
 
 
-@pytest.mark.parametrize("eps", ["1e-5", b"1e-5", None, [1e-5]])
+@pytest.mark.parametrize("eps", ["1e-5", b"1e-5", None, [1e-5], True, np.bool_(False)])
 def test_eps_of_another_type(eps):
-    # float() would parse a string; like torch and NumPy, fastln refuses one.
+    # float() would parse a string (like torch and NumPy, fastln refuses one) and take True as 1.
     with pytest.raises(TypeError, match="eps"):
         fastln.layer_norm(X, eps=eps)
     with pytest.raises(TypeError, match="eps"):
