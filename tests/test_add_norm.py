@@ -654,8 +654,11 @@ def test_half_backward_errors():
     bf16 = _bf16()
     with pytest.raises(TypeError, match="dy has dtype"):
         fastln.layer_norm_backward(x.astype(bf16), x, s, s)
-    with pytest.raises(TypeError, match="rstd"):
-        fastln.rms_norm_backward(x.astype(bf16), x.astype(bf16), s.astype(bf16))
+    # bfloat16 statistics are widened exactly to float32, as float16 ones are
+    xb = (np.arange(32, dtype=F32).reshape(4, 8) / 7).astype(bf16)
+    r = np.full(4, 1.25, F32)
+    got = fastln.rms_norm_backward(xb, xb, r.astype(bf16))[0].view(np.uint16)
+    np.testing.assert_array_equal(got, fastln.rms_norm_backward(xb, xb, r)[0].view(np.uint16))
 
 
 def test_half_errors():
