@@ -182,15 +182,17 @@ def set_isa(name: Optional[str]) -> None:
 _INT64_MAX = (1 << 63) - 1
 
 
-def _count(what: str, v, none_ok: str = "") -> int:
+def _count(what: str, v, none_ok: str = "", cap: Optional[int] = None) -> int:
     """v as a count for the C setters: an int (not a bool, which operator.index takes as 0 or 1;
     axis=True is refused too) from 0 to 2**63 - 1, so that a value past C's int64 is a ValueError
-    that names the setting rather than Cython's OverflowError."""
+    that names the setting rather than Cython's OverflowError; with cap, any larger v is cap."""
     if isinstance(v, (bool, np.bool_)):
         raise TypeError(f"{what} must be an int, not bool")
     v = operator.index(v)
     if v < 0:
         raise ValueError(f"{what} must be >= 0{none_ok}, got {v}")
+    if cap is not None and v > cap:
+        return cap
     if v > _INT64_MAX:
         raise ValueError(f"{what} must be at most 2**63 - 1, got {v}")
     return v
@@ -199,9 +201,7 @@ def _count(what: str, v, none_ok: str = "") -> int:
 def set_num_threads(n: int) -> None:
     """Use at most n threads; n = 0 follows OpenMP again (OMP_NUM_THREADS, threadpoolctl). More
     than 1024 counts as 1024, the most the thread pool runs (get_num_threads says so)."""
-    if not isinstance(n, (bool, np.bool_)) and operator.index(n) > 1024:
-        n = 1024  # before _count, so that 2**63 counts as 1024 too
-    _core.set_num_threads(min(_count("number of threads", n), 1024))
+    _core.set_num_threads(_count("number of threads", n, cap=1024))
 
 
 def get_num_threads() -> int:

@@ -509,9 +509,8 @@ __device__ __forceinline__ float Centered(float x, float mean, float rstd, float
 }
 
 // Two 512-thread blocks per SM (or one of 1024): MeanRest's third sum took the backward kernels
-// past 64 registers (float32 68-78, 16-bit 76-98: one block per SM), where float32's had fitted
-// two blocks per SM when measured on the H200, and 16-bit's for rows of up to 16 and of 513-1024
-// values. Asked for two, ptxas (sm_90) keeps every tier at 64 with at most 8 bytes of spills.
+// past 64 registers (float32 68-78, 16-bit 76-98: one block per SM), where before it float32's
+// had fitted two blocks per SM, and 16-bit's for rows of up to 16 and of 513-1024 values. Asked for two, ptxas (sm_90) keeps every tier at 64 with at most 8 bytes of spills.
 constexpr int BwdMinBlocks(int block) { return 1024 / block; }
 
 // Partial sums live in shared memory (acc: [2][RPB][TPR * ITEMS * VEC] floats) while the block
