@@ -15,7 +15,14 @@ def test_forward(benchmark, case, arrays, impl):
     benchmark.extra_info.update(case._asdict(), impl=impl, bytes=2 * case.nbytes)
     fn = bench.make_impl(impl, x, w, b, case.mode == "out", case.threads)
     fastln.set_num_threads(case.threads)
+    # A setting that make_impl holds for a batch of calls (torch's inference mode) is held for the
+    # whole benchmark, not entered around each timed call.
+    batched = isinstance(fn, bench._Batched)
+    if batched:
+        fn.enter()
     try:
-        benchmark(fn)
+        benchmark(fn.fn if batched else fn)
     finally:
+        if batched:
+            fn.leave()
         fastln.set_num_threads(0)

@@ -9,18 +9,23 @@ that the ratios hold on a noisy, shared machine.
 Implementations (each skipped with a note when its package is missing):
 
   fastln        fastln.layer_norm
-  floor         np.multiply(x, 1.5[, out=y]); for 16-bit dtypes np.copyto(y, x) / x.copy()
+  floor         np.multiply(x, 1.5, out=y); for 16-bit dtypes np.copyto(y, x); in both modes
   numpy         fastln._reference.layer_norm: the float64 NumPy reference (two passes)
-  torch         torch.nn.functional.layer_norm on torch.from_numpy(x) (no copy)
+  torch         torch.nn.functional.layer_norm on torch.from_numpy(x) (no copy), in
+                torch.inference_mode() entered once a batch of calls, outside the clock
   onnxruntime   an ONNX LayerNormalization (opset 17) model built with the onnx package
   fastln_1t     fastln on one thread, next to fastln on --threads N > 1: the column
                 "× 1 thread" is fastln's speedup from the threads
 
 All get weight and bias (gamma, beta) of shape (D,) in x's dtype; eps = 1e-5. A peer without a
 kernel for a dtype (onnxruntime's CPU provider has no bfloat16 LayerNormalization) is left out of
-that dtype's rows, with a note. "out" mode hands fastln and the
-floor a preallocated output and binds one for onnxruntime (torch has no out= here, so it allocates
-in both modes); "alloc" mode lets every implementation allocate its result.
+that dtype's rows, with a note. "out" mode hands fastln a preallocated output and binds one for
+onnxruntime (torch has no out= here, so it allocates in both modes); "alloc" mode lets every
+implementation but the floor allocate its result. The floor is always the pass into a preallocated
+y, as defined above, so that "/ floor" measures an allocating call against the same hardware bound
+(an allocating np.multiply pays a page fault per 4 KiB page of a fresh output, which fastln's
+output cache avoids). It runs on one thread: with --threads N > 1, "/ floor" compares N threads
+against one thread's pass.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import argparse
 import gc
 import json
 import math
+import os
 import platform
 import sys
 import time
@@ -158,14 +164,12 @@ def make_impl(name: str, x: np.ndarray, w: np.ndarray, b: np.ndarray, out: bool,
         one_thread = (lambda: ln(x, w, b, EPS, out=y)) if out else (lambda: ln(x, w, b, EPS))
         return _Batched(one_thread, lambda: fastln.set_num_threads(1),
                         lambda: fastln.set_num_threads(threads))
-    if name == "floor":
+    if name == "floor":  # the pass into y whatever the mode (see the module's docstring)
         if _is_16bit(x.dtype):
             copyto = np.copyto
-            return (lambda: copyto(y, x)) if out else x.copy
+            return lambda: copyto(y, x)
         mul = np.multiply
-        if out:
-            return lambda: mul(x, 1.5, out=y)
-        return lambda: mul(x, 1.5)
+        return lambda: mul(x, 1.5, out=y)
     if name == "numpy":
         ref = _reference.layer_norm
         return lambda: ref(x, w, b, EPS)
@@ -177,11 +181,11 @@ def make_impl(name: str, x: np.ndarray, w: np.ndarray, b: np.ndarray, out: bool,
         xt, wt, bt = _torch_tensor(x), _torch_tensor(w), _torch_tensor(b)
         shape = (x.shape[-1],)
 
-        def run_torch():
-            with torch.inference_mode():
-                return f(xt, shape, wt, bt, EPS)
-
-        return run_torch
+        # Inference mode (no autograd bookkeeping) held for a whole batch: entered around each call
+        # it cost 1.8 us a call at 1x768 (4.64 against 2.85 us, the Zen 4 EPYC guest, 2026-12-07).
+        mode = torch.inference_mode()
+        return _Batched(lambda: f(xt, shape, wt, bt, EPS), mode.__enter__,
+                        lambda: mode.__exit__(None, None, None))
     if name == "onnxruntime":
         import onnxruntime as ort
 
@@ -276,14 +280,17 @@ def _calibrate(fn: Callable[[], object], target: float, clock) -> Tuple[int, flo
 
 def time_interleaved(fns: Dict[str, Callable[[], object]], rounds: int,
                      round_time: float, clock=time.perf_counter) -> Dict[str, float]:
-    """Best seconds per call of each fn; the fns take turns, one round each, `rounds` times."""
-    best, numbers = {}, {}
+    """Best seconds per call of each fn; the fns take turns, one round each, `rounds` times. The
+    calibration's batches, each fn's alone, are not rounds: only interleaved rounds count."""
+    numbers, per_call = {}, {}
     for k, f in fns.items():
-        numbers[k], best[k] = _calibrate(f, round_time, clock)
+        numbers[k], per_call[k] = _calibrate(f, round_time, clock)
     # A fn whose single call outlasts a round (big shapes; the float64 reference) takes part in as
-    # many rounds as fit in ten rounds' time: its noise is small next to its own time.
+    # many rounds as fit in ten times what the rounds of the others take (10 * rounds *
+    # round_time): its noise is small next to its own time.
     budget = 10 * round_time * rounds
-    quota = {k: min(rounds, max(1, int(budget / best[k]))) for k in fns}
+    quota = {k: min(rounds, max(1, int(budget / per_call[k]))) for k in fns}
+    best = {k: math.inf for k in fns}
     gc_was = gc.isenabled()
     gc.disable()
     try:
@@ -403,6 +410,40 @@ def summary(results: List[dict]) -> List[str]:
     return lines
 
 
+def ratios(row) -> dict:
+    """The printed row's derived figures: GB/s, fastln's time over the floor's, each peer's time
+    over fastln's (the × columns)."""
+    us = row["us"]
+    f = us["fastln"]
+    out = {"gbps": _bytes(row) / (f * 1e-6) / 1e9}
+    if "floor" in us:
+        out["per_floor"] = f / us["floor"]
+    out["speedup"] = {k: us[k] / f for k in PEERS + ("fastln_1t",) if k in us}
+    return out
+
+
+def versions() -> dict:
+    """Versions of the peers that ran (None: not installed)."""
+    out = {"fastln": fastln.__version__, "numpy": np.__version__, "python": platform.python_version()}
+    for mod in ("torch", "onnxruntime", "onnx", "ml_dtypes"):
+        m = sys.modules.get(mod)
+        out[mod] = getattr(m, "__version__", None) if m is not None else None
+    return out
+
+
+def _finite(v):
+    """v with every float that is NaN or infinite replaced by None (for strict JSON)."""
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {k: _finite(u) for k, u in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_finite(u) for u in v]
+    if isinstance(v, np.generic):
+        return _finite(v.item())
+    return v
+
+
 def machine() -> str:
     name = platform.processor() or platform.machine()
     try:
@@ -413,13 +454,13 @@ def machine() -> str:
                     break
     except OSError:
         pass
-    import os
-
     return f"{name}, {os.cpu_count()} CPUs"
 
 
 def plot(results: List[dict], path: str) -> None:
-    """GB/s against D, one panel per N, for the out= results (the allocating ones if none)."""
+    """GB/s against D, one panel per N, for the out= results (the allocating ones if none). When no
+    N has two values of D (--quick, most --shapes lists), GB/s against the bytes of x instead, one
+    panel per dtype."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -430,8 +471,7 @@ def plot(results: List[dict], path: str) -> None:
     groups = sorted({(r["dtype"], r["n"]) for r in results})
     groups = [g for g in groups if len({r["d"] for r in results if (r["dtype"], r["n"]) == g}) > 1]
     if not groups:
-        print(f"--plot: nothing to plot (no N with more than one D); {path} not written")
-        return
+        return _plot_by_size(results, path, mode, plt)
     cols = min(3, len(groups))
     nrows = math.ceil(len(groups) / cols)
     fig, axes = plt.subplots(nrows, cols, figsize=(3.6 * cols, 2.7 * nrows), squeeze=False)
@@ -457,12 +497,43 @@ def plot(results: List[dict], path: str) -> None:
     for ax in list(axes.flat)[len(groups):]:
         ax.set_visible(False)
     axes.flat[0].legend(fontsize=6)
+    _save(fig, path, "layer norm throughput", mode, results)
+
+
+def _save(fig, path: str, title: str, mode: str, results: List[dict]) -> None:
     how = "out= given" if mode == "out" else "allocating"
-    fig.suptitle(f"layer norm throughput, {how}, {results[0]['threads']} thread(s); "
+    fig.suptitle(f"{title}, {how}, {results[0]['threads']} thread(s)\n"
                  f"floor = np.multiply(x, c, out=y), a copy for 16-bit; {machine()}", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=70)
     print(f"wrote {path}")
+
+
+def _plot_by_size(results: List[dict], path: str, mode: str, plt) -> None:
+    """GB/s against the bytes of x, each point labelled N×D, one panel per dtype."""
+    dtypes = sorted({r["dtype"] for r in results})
+    fig, axes = plt.subplots(1, len(dtypes), figsize=(6.0 * len(dtypes), 3.6), squeeze=False)
+    for ax, dt in zip(axes.flat, dtypes):
+        rows = sorted((r for r in results if r["dtype"] == dt), key=lambda r: (_bytes(r), r["n"]))
+        sizes = [_bytes(r) / 2 for r in rows]
+        for k in IMPLS:
+            have = [(s, r) for s, r in zip(sizes, rows) if k in r["us"]]
+            if not have:
+                continue
+            gbs = [_bytes(r) / (r["us"][k] * 1e-6) / 1e9 for _, r in have]
+            style = {"color": "k", "ls": "--", "lw": 1.2} if k == "floor" else {"marker": "o", "ms": 3}
+            ax.plot([s for s, _ in have], gbs, label=k, **style)
+        for s, r in zip(sizes, rows):
+            ax.annotate(f"{r['n']}×{r['d']}", (s, _bytes(r) / (r["us"]["fastln"] * 1e-6) / 1e9),
+                        fontsize=5, textcoords="offset points", xytext=(2, 3))
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("bytes of x", fontsize=7)
+        ax.set_ylabel("GB/s (x + y)", fontsize=7)
+        ax.tick_params(labelsize=6)
+        ax.set_title(dt, fontsize=8)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+    _save(fig, path, "layer norm throughput by size", mode, results)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -520,6 +591,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     names, notes = available(names)
     if a.threads > 1 and "fastln_1t" not in names:
         names.insert(1, "fastln_1t")
+    if a.threads == 1 and "fastln_1t" in names:  # it would time fastln itself again
+        names.remove("fastln_1t")
+        notes.append("fastln_1t left out: with --threads 1 it is fastln")
     if a.plot and _have("matplotlib"):
         notes.append(_have("matplotlib") + " (no plot)")
         a.plot = None
@@ -542,6 +616,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 pass
         except OSError as e:
             p.error(f"--json: {e}")
+    if a.plot:
+        folder = os.path.dirname(os.path.abspath(a.plot))
+        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+            p.error(f"--plot: cannot write into {folder}")
     # run() sets --threads; the record says what the timings ran with.
     info = dict(fastln.runtime_info(), num_threads=a.threads)
     sb, sb16 = (v / (1 << 20) for v in info["stream_bytes"])
@@ -552,8 +630,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"note: {note}")
     sweeps = f" of {a.sweeps} sweeps" if a.sweeps > 1 else ""
     print(f"µs: best round{sweeps}, per call. GB/s: bytes of x and y over fastln's time. / floor: "
-          "fastln time over np.multiply(x, c[, out=y]) time (a copy for 16-bit dtypes). × peer: "
-          "peer time over fastln time.")
+          "fastln time over np.multiply(x, c, out=y) time (a copy for 16-bit dtypes; in both "
+          "modes" + ("; on one thread" if a.threads > 1 else "") + "). × peer: peer time over "
+          "fastln time.")
     if a.threads > 1:
         print(HEADER + " × 1 thread |")
         print(RULE + " ---: |")
@@ -587,10 +666,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               "against the exact gradient: max |g - exact| / max |exact| (eps = 1e-12):")
         print(_accuracy.format_backward_table(accuracy["backward"]))
     if a.json:
+        record = {"machine": machine(), "runtime": info, "versions": versions(),
+                  "numpy": np.__version__, "sweeps": a.sweeps, "rounds": rounds,
+                  "round_time_s": round_time, "quick": a.quick, "full": a.full, "notes": notes,
+                  "results": [dict(r, **ratios(r)) for r in results], "accuracy": accuracy}
         with open(a.json, "w") as f:
-            json.dump({"machine": machine(), "runtime": info, "numpy": np.__version__,
-                       "sweeps": a.sweeps, "results": results, "accuracy": accuracy}, f,
-                      indent=1)
+            # Strict JSON: NaN (a peer's NaN output in the accuracy tables) and Inf become null.
+            json.dump(_finite(record), f, indent=1, allow_nan=False)
         print(f"wrote {a.json}")
     if a.plot:
         plot(results, a.plot)

@@ -59,6 +59,7 @@ def test_threads_report_speedup_over_one_thread(capsys):
     ["--shapes", "2x8", "--rounds", "0"], ["--shapes", "2x8", "--rounds", "-5"],
     ["--quick", "--full"],
     ["--shapes", "2x8", "--rounds", "1", "--no-accuracy", "--json", "/nonexistent/dir/r.json"],
+    ["--shapes", "2x8", "--rounds", "1", "--no-accuracy", "--plot", "/nonexistent/dir/r.png"],
 ])
 def test_bad_arguments(bad, capsys):
     # argparse's exit (status 2, a message naming the option), not a traceback or a silent run.
@@ -120,9 +121,113 @@ def test_16bit_rows_with_a_copy_floor(name, capsys):
     assert f"{name} out: time/floor geomean" in text
 
 
-def test_16bit_floor_is_a_copy():
+def test_16bit_floor_is_a_copy(monkeypatch):
+    # A copy into a preallocated y in both modes: the floor is the pass into y whatever the mode.
     x, w, b = bench.inputs(3, 40, bench.parse_dtype("float16"))
-    assert bench.make_impl("floor", x, w, b, False, 1)().tobytes() == x.tobytes()
+    seen, real = [], np.copyto
+
+    def copyto(dst, src):
+        seen.append((dst, src))
+        real(dst, src)
+
+    monkeypatch.setattr(np, "copyto", copyto)
+    for out in (True, False):
+        f = bench.make_impl("floor", x, w, b, out, 1)
+        seen.clear()
+        f()
+        f()
+        assert len(seen) == 2 and seen[0][0] is seen[1][0] and seen[0][1] is x
+        assert seen[0][0].tobytes() == x.tobytes()
+
+
+def test_floor_never_allocates():
+    # "/ floor" in alloc mode compares an allocating call with the pass into y (np.multiply's
+    # allocating form pays a fresh output's page faults, which fastln's output cache does not).
+    x, w, b = bench.inputs(3, 40, np.float32)
+    for out in (True, False):
+        f = bench.make_impl("floor", x, w, b, out, 1)
+        first = f()
+        assert f() is first and np.array_equal(first, x * 1.5)
+
+
+def test_calibration_is_not_a_round(monkeypatch):
+    # The best time is the best interleaved round's: each fn's calibration batches run alone, so a
+    # fast calibration must not stand in for the rounds.
+    ticks = iter(range(10**6))
+    clock = lambda: next(ticks) * 1e-3  # noqa: E731 (1 ms a tick)
+    cal = {"a": 0}
+
+    def a():
+        return None
+
+    def fake_calibrate(fn, target, clock):
+        cal["a"] += 1
+        return 1, 1e-9  # one call a round, and a calibration far faster than any round
+    monkeypatch.setattr(bench, "_calibrate", fake_calibrate)
+    best = bench.time_interleaved({"a": a}, rounds=3, round_time=0.001, clock=clock)
+    assert cal["a"] == 1
+    assert best["a"] == pytest.approx(1e-3)  # one tick between a round's two clock readings
+
+
+def test_torch_runs_in_inference_mode_held_for_a_batch():
+    torch = pytest.importorskip("torch")
+    x, w, b = bench.inputs(4, 64, np.float32)
+    f = bench.make_impl("torch", x, w, b, True, 1)
+    seen = []
+    real = f.fn
+    f.fn = lambda: (seen.append(torch.is_inference_mode_enabled()), real())[1]
+    bench.time_interleaved({"torch": f}, rounds=3, round_time=0.001)
+    assert seen and all(seen)
+    assert not torch.is_inference_mode_enabled()  # left after each batch
+    y = f()
+    assert np.allclose(y.numpy(), fastln.layer_norm(x, w, b), atol=1e-5)
+
+
+def test_json_is_strict_and_has_the_printed_ratios(tmp_path, monkeypatch):
+    # A NaN among the accuracy figures (torch's output at c=1e30) is null in the file, which a
+    # strict JSON parser then reads; each row carries the ratios the table prints.
+    from fastln import _accuracy
+
+    real = _accuracy.measure
+
+    def with_nan(**kw):
+        rows = real(**kw)
+        rows[0]["torch"] = float("nan")
+        return rows
+
+    monkeypatch.setattr(_accuracy, "measure", with_nan)
+    out = tmp_path / "r.json"
+    assert bench.main(["--quick", "--shapes", "4x64", "--impl", "fastln,floor,numpy", "--rounds",
+                       "1", "--mode", "out", "--json", str(out)]) == 0
+
+    def refuse(name):
+        raise ValueError(f"not strict JSON: {name}")
+
+    data = json.loads(out.read_text(), parse_constant=refuse)
+    assert data["accuracy"]["float32"][0]["torch"] is None
+    row = data["results"][0]
+    us = row["us"]
+    assert row["per_floor"] == pytest.approx(us["fastln"] / us["floor"])
+    assert row["speedup"]["numpy"] == pytest.approx(us["numpy"] / us["fastln"])
+    assert row["gbps"] == pytest.approx(2 * 4 * 64 * 4 / (us["fastln"] * 1e-6) / 1e9)
+    assert data["versions"]["numpy"] == np.__version__ and data["rounds"] == 1
+
+
+def test_plot_of_shapes_with_one_d_each(tmp_path, capsys):
+    # --quick's shapes share no N: the plot is then throughput against the bytes of x.
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "q.png"
+    assert bench.main(["--shapes", "4x64,2x100", "--impl", "fastln,floor", "--rounds", "1",
+                       "--mode", "out", "--no-accuracy", "--plot", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"wrote {out}" in capsys.readouterr().out
+
+
+def test_one_thread_column_needs_threads(capsys):
+    assert bench.main(["--shapes", "4x64", "--impl", "fastln,fastln_1t,floor", "--rounds", "1",
+                       "--mode", "out", "--no-accuracy"]) == 0
+    text = capsys.readouterr().out
+    assert "fastln_1t left out" in text and "× 1 thread" not in text
 
 
 def test_peer_without_a_kernel_is_left_out(monkeypatch, capsys):
