@@ -321,6 +321,16 @@ def _check_stream_mib_env() -> None:
 _check_stream_mib_env()
 
 
+def _check_normalize_from_env() -> None:
+    # Read by the C library (src/dispatch.cpp), which takes any value but x and y as unset.
+    value = os.environ.get("FASTLN_NORMALIZE_FROM")
+    if value and value not in ("x", "y"):
+        raise ImportError(f"fastln: FASTLN_NORMALIZE_FROM={value!r} is neither x nor y")
+
+
+_check_normalize_from_env()
+
+
 def layer_norm(
     x: ArrayLike,
     weight: Optional[ArrayLike] = None,

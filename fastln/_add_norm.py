@@ -100,7 +100,9 @@ def norm(rms, x, weight, bias, eps, axis, out, return_stats, residual, residual_
             raise ValueError(f"residual has shape {residual.shape} but x has shape {shape}")
         if residual_out is not None:
             check_out(residual_out, x, "residual_out")
-            if out is not None and np.may_share_memory(out, residual_out):
+            # shares_memory, not may_share_memory: interleaved views (buf[:, ::2], buf[:, 1::2])
+            # have overlapping bounds but no element in common, and are taken
+            if out is not None and np.shares_memory(out, residual_out):
                 raise ValueError("out and residual_out must not share memory")
     if out is not None:
         check_out(out, x)

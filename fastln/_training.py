@@ -231,7 +231,8 @@ class _NormModule:
         if len(self.normalized_shape) == 0 or any(d <= 0 for d in self.normalized_shape):
             raise ValueError(f"normalized_shape must be non-empty and positive, got {normalized_shape}")
         self.eps = check_eps(eps)
-        self.dtype = np.dtype(dtype)
+        # None is torch's "the default dtype", float32; np.dtype(None) would be float64
+        self.dtype = np.dtype(np.float32 if dtype is None else dtype)
         if self.dtype not in SUPPORTED:
             raise TypeError(f"dtype {self.dtype} is not supported; use float32 or float64")
         self.elementwise_affine = bool(elementwise_affine)

@@ -381,7 +381,8 @@ int64_t BandRowBytes(bool native) {
 // within 3%. AMD CPUs keep x's: on an EPYC (Zen 3) guest, before the statistics read rows
 // realigned, starting at y's line was slower (docs/performance-notes.md); ARM was not measured.
 // FASTLN_NORMALIZE_FROM=x or y overrides the vendor's choice, read once, so that one machine can
-// test both placements (tests/test_runtime.py); any other value leaves the choice to the vendor.
+// test both placements (tests/test_runtime.py); any other value leaves the choice to the vendor
+// here (the Python package refuses it at import).
 bool NormalizeFromY() {
   static const bool from_y = [] {
     const char *env = getenv("FASTLN_NORMALIZE_FROM");

@@ -213,6 +213,24 @@ def test_residual_zero_rows_nan_inf(isa, rng):
     np.testing.assert_array_equal(h, x + r)
 
 
+@pytest.mark.parametrize("rms", [False, True])
+def test_out_and_residual_out_interleaved_without_sharing(rms):
+    # Views whose bounds overlap but which share no element (every other column of one buffer) are
+    # two outputs, not one memory.
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+    r = rng.standard_normal((4, 8)).astype(np.float32)
+    buf = np.full((4, 16), np.nan, np.float32)
+    out, res_out = buf[:, ::2], buf[:, 1::2]
+    f = fastln.rms_norm if rms else fastln.layer_norm
+    y, h = f(x, residual=r, out=out, residual_out=res_out)
+    assert y is out and h is res_out
+    np.testing.assert_array_equal(h, x + r)
+    np.testing.assert_array_equal(y, f(x + r))
+    with pytest.raises(ValueError, match="share memory"):  # one element in common
+        f(x, residual=r, out=buf[:, :8], residual_out=buf[:, 7:15])
+
+
 def test_residual_errors():
     x = np.zeros((4, 8), np.float32)
     with pytest.raises(TypeError, match="residual has dtype"):

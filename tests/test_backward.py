@@ -458,6 +458,14 @@ def test_module_refuses_a_bool_shape(cls):
     assert cls(np.array(8)).normalized_shape == (8,)
 
 
+@pytest.mark.parametrize("cls", [fastln.LayerNorm, fastln.RMSNorm])
+def test_module_dtype_none_is_float32(cls):
+    # torch's dtype=None is its default dtype, float32; np.dtype(None) alone is float64.
+    m = cls(8, dtype=None)
+    assert m.dtype == np.float32 and m.weight.dtype == np.float32
+    assert cls(8, dtype="float64").weight.dtype == np.float64
+
+
 @pytest.mark.parametrize("param_dtype, x_dtype", [
     (np.float32, np.float64), (np.float64, np.float32), (np.float32, np.float16),
 ])

@@ -107,6 +107,20 @@ def test_env_forces_isa(name):
         assert "ImportError" in r.stderr and repr(name) in r.stderr
 
 
+@pytest.mark.parametrize("value", ["z", "X", "x ", "yes"])
+def test_env_normalize_from_other_values_fail_loudly(value):
+    # The C library takes any value but x and y as unset; the import refuses it instead of running
+    # with the vendor's default under a setting the user believes in.
+    r = _run("import fastln", FASTLN_NORMALIZE_FROM=value)
+    assert r.returncode != 0
+    assert "ImportError" in r.stderr and "FASTLN_NORMALIZE_FROM" in r.stderr and repr(value) in r.stderr
+
+
+def test_env_normalize_from_empty_is_unset():
+    r = _run("import fastln", FASTLN_NORMALIZE_FROM="")
+    assert r.returncode == 0, r.stderr
+
+
 def test_env_unknown_isa_fails_loudly():
     r = _run("import fastln", FASTLN_ISA="sse9")
     assert r.returncode != 0
