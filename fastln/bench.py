@@ -594,6 +594,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if a.threads == 1 and "fastln_1t" in names:  # it would time fastln itself again
         names.remove("fastln_1t")
         notes.append("fastln_1t left out: with --threads 1 it is fastln")
+    if a.plot:  # a path that cannot be written is a bad argument, matplotlib or not
+        folder = os.path.dirname(os.path.abspath(a.plot))
+        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+            p.error(f"--plot: cannot write into {folder}")
     if a.plot and _have("matplotlib"):
         notes.append(_have("matplotlib") + " (no plot)")
         a.plot = None
@@ -616,10 +620,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 pass
         except OSError as e:
             p.error(f"--json: {e}")
-    if a.plot:
-        folder = os.path.dirname(os.path.abspath(a.plot))
-        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-            p.error(f"--plot: cannot write into {folder}")
     # run() sets --threads; the record says what the timings ran with.
     info = dict(fastln.runtime_info(), num_threads=a.threads)
     sb, sb16 = (v / (1 << 20) for v in info["stream_bytes"])
