@@ -23,8 +23,8 @@ that dtype's rows, with a note. "out" mode hands fastln a preallocated output an
 onnxruntime (torch has no out= here, so it allocates in both modes); "alloc" mode lets every
 implementation but the floor allocate its result. The floor is always the pass into a preallocated
 y, as defined above, so that "/ floor" measures an allocating call against the same hardware bound
-(an allocating np.multiply pays a page fault per 4 KiB page of a fresh output, which fastln's
-output cache avoids). It runs on one thread: with --threads N > 1, "/ floor" compares N threads
+(an allocating np.multiply pays page faults on a fresh output, 528 a call at 8192x1024 float32
+on the Zen 4 EPYC guest, 2026-12-07, which fastln's output cache avoids). It runs on one thread: with --threads N > 1, "/ floor" compares N threads
 against one thread's pass.
 """
 
