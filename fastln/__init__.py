@@ -268,6 +268,7 @@ def runtime_info() -> dict:
         "num_threads": _core.get_num_threads(),
         "stream_bytes": _core.get_stream_bytes(),
         "band_bytes": _core.get_band_bytes(),
+        "phased_bytes": _core.get_phased_bytes(),
         "cuda": _cuda_info(),
     }
 
@@ -319,6 +320,17 @@ def _check_stream_mib_env() -> None:
 
 
 _check_stream_mib_env()
+
+
+def _check_phased_mib_env() -> None:
+    # Read by the C library (src/dispatch.cpp, PhasedBytes), which takes a value that is not a
+    # whole number as unset: refused here, as a bad FASTLN_STREAM_MIB is.
+    value = os.environ.get("FASTLN_PHASED_MIB")
+    if value and not re.fullmatch(r"\s*[+-]?[0-9]+", value):
+        raise ImportError(f"fastln: FASTLN_PHASED_MIB={value!r} is not a whole number of MiB")
+
+
+_check_phased_mib_env()
 
 
 def _check_normalize_from_env() -> None:

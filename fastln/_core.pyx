@@ -100,6 +100,7 @@ cdef extern from "fastln/fastln.h" nogil:
     int64_t fastln_get_stream_bytes(int half)
     int fastln_set_band_bytes(int64_t row_bytes)
     int64_t fastln_get_band_bytes()
+    int64_t fastln_get_phased_bytes()
     int fastln_set_num_threads(int n)
     int fastln_get_num_threads()
     int fastln_has_openmp()
@@ -894,3 +895,7 @@ def set_band_bytes(int64_t row_bytes):
 
 def get_band_bytes():
     return fastln_get_band_bytes()
+
+
+def get_phased_bytes():
+    return fastln_get_phased_bytes()

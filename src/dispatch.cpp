@@ -360,6 +360,50 @@ int64_t BandRowBytes(bool native) {
   return v >= 0 ? v : DefaultBandBytes(native);
 }
 
+// Rows of 2 to 4 KiB from memory, one thread (LayerNormRowsT in src/ops/layer_norm-inl.h): the
+// fused loop, each row's normalize pass run inside the next rows' statistics with x asked for
+// kFarAheadDistance ahead, brought such calls under the floor on an AMD EPYC (Zen 5, 48 KiB L1d)
+// guest (kFarAheadBytes); on an AMD EPYC (Zen 4, 32 KiB L1d) guest, 2026-12-08, the phased loop
+// (a row's statistics, then its normalize pass from L1, the hardware's prefetch alone) was faster
+// once x passed the L3. Through Python, out=, weight and bias, one build with the loop read from
+// the environment, processes alternating, best of 9 to 13 rounds, time / np.multiply's in the same
+// process, fused -> phased, 1 thread: float32 8192x1024 (32 MiB) 0.96-1.56 -> 0.78-1.34 (nine
+// runs), 16384x1024 1.07-1.51 -> 0.82-1.60 (nine), 32768x1024 1.21-1.33 -> 0.82-1.61, 16384x768
+// 1.06-1.12 -> 0.80-0.87, 16384x512 1.14-1.16 -> 0.92-0.97; float64 16384x512 1.17-1.59 ->
+// 0.76-1.20, 16384x256 1.03-1.21 -> 0.82-0.97 (three runs each). Below 32 MiB, where much of x
+// stays in L3 between calls (y streams past it), float32 mostly went the other way: 4096x1024
+// (16 MiB) 1.04-1.18 -> 1.21-1.45 (four), 6144x1024 (24 MiB) 0.89-0.95 -> 0.99-1.90, 8192x512
+// (16 MiB) 0.87-1.19 -> 1.22-1.55; but 8192x768 (24 MiB) 0.90-1.19 -> 0.74-0.91 (six), float64
+// 12288x256 1.01-1.10 -> 0.81-0.85 and 8192x384 0.95-1.03 -> 0.77-0.84. Rows of 1 KiB (float32
+// 32768x256, 1.03-1.26 -> 1.44-1.50) and of 6 KiB (float32 8192x1536, 1.23-1.48 -> 1.50-1.77;
+// float64 8192x768 1.22-1.29 -> 1.39-1.60) keep the fused loop. On 2 threads the phased loop was
+// slower on float32 (8192x768 0.48-0.66 -> 0.66-1.16 in six runs, 8192x1024 0.71-0.82 ->
+// 0.73-1.09; 16384x768 and 16384x1024 even) and faster on float64 (16384x256 0.66-0.67 ->
+// 0.56-0.64), so calls split across threads keep the fused loop. The report (`python -m
+// fastln.bench --mode out --impl fastln,floor --sweeps 3`, FASTLN_PHASED_MIB=-1 and 32 alternating,
+// three runs each), us and time / floor: 8192x1024 2687-3401 (1.27-1.59) -> 1849-1911
+// (0.88-0.99), 16384x1024 6550-6620 (1.42-1.47) -> 3562-3588 (0.83-0.85); and 32 against 16:
+// 4096x1024 751-790 (1.07-1.09) against 964-993 (1.33-1.34), 8192x512 783-859 (1.13-1.16) against
+// 1145-1163 (1.44-1.57), 6144x1024 1.06-1.09 against 1.14-1.20, 8192x768 1.00-1.11 against
+// 0.93-1.05. So on AMD CPUs with an L1d of
+// 32 KiB or less, from 32 MiB; elsewhere never (the Zen 5 guest's figures are the fused loop's;
+// Intel CPUs were not measured). FASTLN_PHASED_MIB=n (read once; for tests and measurements) sets
+// n MiB on any CPU, a negative n never; both loops give the same bits (tests/test_stream_policy.py).
+static int64_t DefaultPhasedBytes() {
+  const char *env = getenv("FASTLN_PHASED_MIB");
+  if (env && env[0]) {
+    char *end = nullptr;
+    const long long n = strtoll(env, &end, 10);
+    if (end && *end == '\0') return n < 0 || n > (int64_t(1) << 40) ? kNever : int64_t(n) * kMiB;
+  }
+  return CpuVendor() == Vendor::kAmd && L1dBytes() <= 32768 ? 32 * kMiB : kNever;
+}
+
+int64_t PhasedBytes() {
+  static const int64_t bytes = DefaultPhasedBytes();
+  return bytes;
+}
+
 // Where x and y lie at different places within a line, the normalize pass keeps either its loads
 // of x or its stores of y within lines. On Intel CPUs it keeps the stores: measured on an Intel
 // Xeon guest (family 6 model 167 as it reports itself, 48 KiB L1d, 2 MiB L2; 2026-12-05, through
@@ -448,6 +492,7 @@ int fastln_set_stream_bytes(int64_t native_bytes, int64_t half_bytes) {
   return FASTLN_OK;
 }
 
+int64_t fastln_get_phased_bytes(void) { return fastln::PhasedBytes(); }
 int64_t fastln_get_stream_bytes(int half) { return fastln::StreamBytes(half == 0, false, false); }
 
 int fastln_set_band_bytes(int64_t row_bytes) {

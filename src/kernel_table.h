@@ -25,6 +25,12 @@ int64_t L1dBytes();
 // fastln_set_band_bytes; INT64_MAX: never).
 int64_t BandRowBytes(bool native);
 
+// From how large an x (the whole call's, in bytes) the layer norm's rows of kPhasedMinRowBytes to
+// kPhasedMaxRowBytes take their statistics and their normalize pass one after the other, row by
+// row, rather than each row's normalize pass inside the next row's statistics (dispatch.cpp;
+// FASTLN_PHASED_MIB; INT64_MAX: never).
+int64_t PhasedBytes();
+
 // Whether the layer norm's normalize pass (outside the column bands) and, with AVX-512, the RMS
 // norm's scaling pass start their vectors at y's line boundaries, so that their stores stay within
 // lines and x's loads cross them, rather than at x's (dispatch.cpp; FASTLN_NORMALIZE_FROM).

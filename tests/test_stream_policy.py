@@ -103,3 +103,126 @@ def test_streaming_never_changes_a_value(isa, restore, rng, dtype, shape):
     for got in results[1:]:
         for a, e in zip(got, results[0]):
             np.testing.assert_array_equal(a, e)
+
+
+# ---- the phased loop for rows from memory (FASTLN_PHASED_MIB, src/dispatch.cpp PhasedBytes) ----
+
+def _phased_bytes(value):
+    env = dict(os.environ, FASTLN_PHASED_MIB=value)
+    out = subprocess.run(
+        [sys.executable, "-c", "import fastln; print(fastln.runtime_info()['phased_bytes'])"],
+        env=env, capture_output=True, text=True, check=True,
+    ).stdout
+    return int(out)
+
+
+@pytest.mark.parametrize("value,want", [("5", 5 * MIB), ("0", 0), ("-1", 2**63 - 1)])
+def test_phased_environment_variable(value, want):
+    assert _phased_bytes(value) == want
+
+
+def test_phased_default():
+    if os.environ.get("FASTLN_PHASED_MIB"):
+        pytest.skip("FASTLN_PHASED_MIB is set")
+    got = fastln.runtime_info()["phased_bytes"]
+    assert got in (32 * MIB, 2**63 - 1)
+    assert _phased_bytes("") == got  # empty is unset
+
+
+@pytest.mark.parametrize("value", ["abc", "1e3", "32 MiB", "2.5"])
+def test_phased_environment_variable_that_is_not_a_count(value):
+    env = dict(os.environ, FASTLN_PHASED_MIB=value)
+    r = subprocess.run([sys.executable, "-c", "import fastln"], env=env, capture_output=True,
+                       text=True)
+    assert r.returncode != 0 and "FASTLN_PHASED_MIB" in r.stderr and repr(value) in r.stderr
+
+
+# Rows of 2 to 4 KiB take the phased loop, one thread only; the rest are there to show that the
+# setting leaves them alone too. Run in a child process per setting (read once a process), on every
+# usable ISA, the outputs saved as bytes.
+_PHASED_CASES = r"""
+import sys
+import numpy as np
+import fastln
+
+fastln.set_num_threads(1)
+out = {}
+rng = np.random.default_rng(7)
+shapes = {"float32": [(37, 512), (33, 700), (40, 1024), (9, 1023), (21, 256), (9, 1100)],
+          "float64": [(37, 256), (33, 300), (40, 512), (9, 511), (9, 550)]}
+for isa in fastln.runtime_info()["isas"]:
+    fastln.set_isa(isa)
+    for name, dims in shapes.items():
+        dt = np.dtype(name)
+        for n, d in dims:
+            x = (0.5 + 2.0 * rng.standard_normal((n, d))).astype(dt)
+            x[1::4] += 1e4      # far from zero: the statistics are summed again
+            x[2] = 3.0          # a constant row (variance 0)
+            x[3, 5] = np.nan
+            x[5, 1] = np.inf
+            x[6] = 0.0
+            x[7] *= 1e-30       # tiny variance
+            w = rng.standard_normal(d).astype(dt)
+            b = rng.standard_normal(d).astype(dt)
+            wide = np.zeros((n, d + 24), dt)
+            wide[:, 3:3 + d] = x
+            xs = wide[:, 3:3 + d]  # rows strided, not on a line
+            buf = np.empty(n * d + 64, dt)
+            start = (-buf.ctypes.data % 64) // dt.itemsize + 16 // dt.itemsize
+            for stream in (2**62, 0):
+                fastln.set_stream_bytes(stream, None)
+                for tag, src in (("c", x), ("s", xs)):
+                    key = f"{isa} {name} {n}x{d} {stream} {tag}"
+                    y = buf[start:start + n * d].reshape(n, d)
+                    fastln.layer_norm(src, w, b, out=y)
+                    out[key + " wb"] = y.view(np.uint8).copy()
+                    y2, mean, rstd = fastln.layer_norm(src, w, None, return_stats=True)
+                    out[key + " w"] = y2.view(np.uint8)
+                    out[key + " mean"] = mean.view(np.uint8)
+                    out[key + " rstd"] = rstd.view(np.uint8)
+                    out[key + " none"] = fastln.layer_norm(src, None, b).view(np.uint8)
+                    z = src.copy()
+                    fastln.layer_norm(z, w, b, out=z)  # in place
+                    out[key + " inplace"] = z.view(np.uint8)
+            fastln.set_stream_bytes(None, None)
+np.savez(sys.argv[1], **out)
+"""
+
+
+def test_phased_loop_never_changes_a_value(tmp_path):
+    # 0: every one-thread call in rows of 2 to 4 KiB takes the phased loop; -1: none does. The two
+    # must agree bit for bit, statistics included, on every ISA (test_phased_loop_is_accurate and
+    # the layer norm's own tests check the values themselves).
+    got = {}
+    for value in ("0", "-1"):
+        path = tmp_path / f"phased{value}.npz"
+        env = dict(os.environ, FASTLN_PHASED_MIB=value)
+        env.pop("FASTLN_ISA", None)
+        r = subprocess.run([sys.executable, "-c", _PHASED_CASES, str(path)], env=env,
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        with np.load(path) as f:
+            got[value] = {k: f[k] for k in f.files}
+    assert got["0"].keys() == got["-1"].keys() and len(got["0"]) > 100
+    for key, want in got["-1"].items():
+        np.testing.assert_array_equal(got["0"][key], want, err_msg=key)
+
+
+def test_phased_loop_is_accurate(isa, rng):
+    # The loop this process runs at 4 KiB rows (phased from its PhasedBytes, or fused), against
+    # the float64 reference, at an offset: one call large enough to take the phased loop by
+    # default where the CPU's default says so (32 MiB of float32), on one thread.
+    from fastln import _reference
+
+    fastln.set_num_threads(1)
+    try:
+        x = (1e3 + rng.standard_normal((8192, 1024))).astype(np.float32)
+        w = rng.standard_normal(1024).astype(np.float32)
+        b = rng.standard_normal(1024).astype(np.float32)
+        y = fastln.layer_norm(x, w, b)
+        want = _reference.layer_norm(x.astype(np.float64), w.astype(np.float64),
+                                     b.astype(np.float64))
+        err = np.abs(y - want) / (np.abs(w) + np.abs(b) + 1)
+        assert err.max() < 4e-6
+    finally:
+        fastln.set_num_threads(0)

@@ -244,6 +244,14 @@ int64_t fastln_get_stream_bytes(int half);
 int fastln_set_band_bytes(int64_t row_bytes);
 int64_t fastln_get_band_bytes(void);
 
+/* Rows from memory: layer norm calls on one thread whose x is at least this many bytes, in rows of
+ * 2 KiB to 4 KiB of float32 or float64 without the residual add, take each row's statistics and
+ * then its normalize pass, instead of running a row's normalize pass inside the next rows'
+ * statistics. The default is where that was measured faster (docs/performance-notes.md): 32 MiB on
+ * AMD CPUs with an L1d of 32 KiB or less, never (INT64_MAX) elsewhere; FASTLN_PHASED_MIB=n at
+ * start-up sets n MiB (negative: never). The output is bit for bit the same either way. */
+int64_t fastln_get_phased_bytes(void);
+
 /* Threads: 0 means "follow OpenMP" (OMP_NUM_THREADS, omp_set_num_threads, threadpoolctl). */
 int fastln_set_num_threads(int n);
 int fastln_get_num_threads(void);

@@ -619,9 +619,28 @@ inline int64_t CallRows(const AddNormArgs<E, T> &a, int64_t r0, int64_t r1) {
 //   1.38-1.53.
 // - 8 MiB, where x still fits in L3, 8 KiB lost: 512x4096 1.81-1.88, 1.77-1.88, 2.27-2.33;
 //   1024x2048 1.59-1.71, 1.61-1.75, 2.18-2.25. 6 MiB (2048x768) within noise.
-// Not measured on Intel CPUs or on Zen 3.
+// Not measured on Intel CPUs or on Zen 3. Where PhasedBytes says so (AMD CPUs with a 32 KiB L1d),
+// one-thread calls in rows of kPhasedMinRowBytes to kPhasedMaxRowBytes take the phased loop
+// instead (PhasedRows), which does not ask for x ahead at all.
 constexpr int64_t kFarAheadBytes = int64_t(16) << 20;
 constexpr int64_t kFarAheadDistance = 8192;
+
+// Whether rows [r0, r1) take LayerNormRowsT's phased loop, each row's statistics and then its
+// normalize pass, rather than the fused one: rows of float or double of kPhasedMinRowBytes to
+// kPhasedMaxRowBytes, read from x (no residual add), in a call on one thread whose x is
+// PhasedBytes() or more (measured in src/dispatch.cpp). Each value's arithmetic is the same in
+// both loops; only the order of the passes and the prefetches differ.
+constexpr int64_t kPhasedMinRowBytes = 2048, kPhasedMaxRowBytes = 4096;
+
+template <class St, bool kRes>
+inline bool PhasedRows(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0,
+                       int64_t r1) {
+  if (kRes || !St::kNative) return false;
+  const int64_t row_bytes = a.cols * int64_t(sizeof(typename St::E));
+  const int64_t rows = CallRows(a, r0, r1);
+  return row_bytes >= kPhasedMinRowBytes && row_bytes <= kPhasedMaxRowBytes && r1 - r0 == rows &&
+         rows * row_bytes >= PhasedBytes();
+}
 
 // The first read of row r: the stored row x (kRealign: by RealignedRowOf), or with kRes the
 // residual add that also writes h. Every later pass reads the rows where Later and LaterLd say: x,
@@ -764,6 +783,7 @@ FASTLN_INLINE double MeanLo(double mean, double lo) {
 // With kRes (a.res not null), each row's first read is the residual add: h = x + res is written
 // once, while the statistics run on it, and every later pass (the shifted statistics, the
 // normalize pass, the exact path) reads h, still in L1.
+// Where PhasedRows says so, lag is 0: each row's statistics run alone, then its normalize pass.
 template <class St, bool kRes, bool kW, bool kB, bool kStream, bool kRealign = false>
 void LayerNormRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_t r0,
                     int64_t r1) {
@@ -776,8 +796,9 @@ void LayerNormRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_
   const E *xs = First::Later(a);
   const int64_t lds = First::LaterLd(a);
   if (r0 >= r1) return;
-  const int lag = LagOf<St>(n);
-  const int64_t dist = First::Ahead(a, r0, r1);
+  const bool phased = PhasedRows<St, kRes>(a, r0, r1);
+  const int lag = phased ? 0 : LagOf<St>(n);
+  const int64_t dist = phased ? kPrefetchBytes : First::Ahead(a, r0, r1);
   // 16-bit rows start at x's line whatever the CPU: on the Xeon guest (family 6 model 167,
   // 2026-12-06, float16, 1 thread, best of 7 rounds, x and y each 0, 16, 32 or 48 bytes past a
   // line) from y's line they took 20.6-23.2 us at 128x1024 with weight and bias wherever y lay 16
@@ -793,10 +814,10 @@ void LayerNormRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_
   for (int64_t r = r0; r < r1; ++r) {
     const E *x = xs + r * lds;
     E *y = a.y + r * a.ldy;
-    const bool has_next = r + lag < r1;
+    const bool has_next = lag > 0 && r + lag < r1;
     const typename First::Src next_src = First::Row(a, has_next ? r + lag : r, dist);
     const typename First::Src *next = has_next ? &next_src : nullptr;
-    const Moments mo = ahead[0];
+    const Moments mo = lag > 0 ? ahead[0] : RowMoments<false>(next_src, n, T(0), NoJob{});
     double var = mo.m2 * inv_n;
     double mean = mo.mean;
     double mlo;
@@ -822,8 +843,10 @@ void LayerNormRowsT(const AddNormArgs<typename St::E, typename St::T> &a, int64_
     }
     if (a.mean) a.mean[r] = T(mean);
     if (a.rstd) a.rstd[r] = T(rstd);
-    for (int k = 0; k + 1 < lag; ++k) ahead[k] = ahead[k + 1];
-    ahead[lag - 1] = mo2;
+    if (lag > 0) {
+      for (int k = 0; k + 1 < lag; ++k) ahead[k] = ahead[k + 1];
+      ahead[lag - 1] = mo2;
+    }
   }
   if (kStream) Simd<T>::StreamFence();  // order the streamed y before whatever reads it next
 }
