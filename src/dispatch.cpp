@@ -387,7 +387,7 @@ int64_t BandRowBytes(bool native) {
 // 1145-1163 (1.44-1.57), 6144x1024 1.06-1.09 against 1.14-1.20, 8192x768 1.00-1.11 against
 // 0.93-1.05. So on AMD CPUs with an L1d of
 // 32 KiB or less, from 32 MiB; elsewhere never (the Zen 5 guest's figures are the fused loop's;
-// Intel CPUs were not measured). FASTLN_PHASED_MIB=n (read once; for tests and measurements) sets
+// Intel CPUs were not measured). Zen 2 and Zen 3, whose L1d is 32 KiB too, take it unmeasured. FASTLN_PHASED_MIB=n (read once; for tests and measurements) sets
 // n MiB on any CPU, a negative n never; both loops give the same bits (tests/test_stream_policy.py).
 static int64_t DefaultPhasedBytes() {
   const char *env = getenv("FASTLN_PHASED_MIB");

@@ -25,10 +25,11 @@ int64_t L1dBytes();
 // fastln_set_band_bytes; INT64_MAX: never).
 int64_t BandRowBytes(bool native);
 
-// From how large an x (the whole call's, in bytes) the layer norm's rows of kPhasedMinRowBytes to
-// kPhasedMaxRowBytes take their statistics and their normalize pass one after the other, row by
-// row, rather than each row's normalize pass inside the next row's statistics (dispatch.cpp;
-// FASTLN_PHASED_MIB; INT64_MAX: never).
+// From how large an x (the whole call's, in bytes) a layer norm call on one thread, in rows of
+// float or double of kPhasedMinRowBytes to kPhasedMaxRowBytes and without the residual add, takes
+// each row's statistics and then its normalize pass, rather than each row's normalize pass inside
+// the next rows' statistics (PhasedRows in ops/layer_norm-inl.h; dispatch.cpp; FASTLN_PHASED_MIB;
+// INT64_MAX: never).
 int64_t PhasedBytes();
 
 // Whether the layer norm's normalize pass (outside the column bands) and, with AVX-512, the RMS

@@ -40,6 +40,13 @@ def _run(args, tmp_path, **env):
 def test_native_kernels(tmp_path):
     out = _run([], tmp_path)
     assert re.search(r"^scalar: ok$", out, re.MULTILINE), out
+    # Again with every one-thread layer norm in rows of 2 to 4 KiB in the phased loop (on most CPUs
+    # only calls of 32 MiB or more, or none, take it), so that its rows are checked against the
+    # guard rows and padding of this program too.
+    r = subprocess.run([str(tmp_path / "test_kernels")], capture_output=True, text=True,
+                       env={**os.environ, "FASTLN_PHASED_MIB": "0"})
+    m = re.search(r"^(\d+) passed, (\d+) failed$", r.stdout, re.MULTILINE)
+    assert r.returncode == 0 and m and m.group(2) == "0", r.stdout + r.stderr
     if os.uname().machine == "x86_64":
         # avx2 is compiled into every x86-64 build; it runs where the CPU has it.
         assert re.search(r"^avx2: (ok|compiled, but this CPU cannot run it: skipped)$", out, re.MULTILINE), out

@@ -167,11 +167,17 @@ for isa in fastln.runtime_info()["isas"]:
             wide = np.zeros((n, d + 24), dt)
             wide[:, 3:3 + d] = x
             xs = wide[:, 3:3 + d]  # rows strided, not on a line
+            # Contiguous rows 16 bytes past a 32-byte boundary, which AVX2 reads realigned where
+            # each row starts there too (d a multiple of 8 floats or 4 doubles).
+            raw = np.empty(n * d + 64, dt)
+            at = (-raw.ctypes.data % 32 + 16) // dt.itemsize
+            xp = raw[at:at + n * d].reshape(n, d)
+            xp[...] = x
             buf = np.empty(n * d + 64, dt)
             start = (-buf.ctypes.data % 64) // dt.itemsize + 16 // dt.itemsize
             for stream in (2**62, 0):
                 fastln.set_stream_bytes(stream, None)
-                for tag, src in (("c", x), ("s", xs)):
+                for tag, src in (("c", x), ("s", xs), ("p", xp)):
                     key = f"{isa} {name} {n}x{d} {stream} {tag}"
                     y = buf[start:start + n * d].reshape(n, d)
                     fastln.layer_norm(src, w, b, out=y)
@@ -208,21 +214,46 @@ def test_phased_loop_never_changes_a_value(tmp_path):
         np.testing.assert_array_equal(got["0"][key], want, err_msg=key)
 
 
-def test_phased_loop_is_accurate(isa, rng):
-    # The loop this process runs at 4 KiB rows (phased from its PhasedBytes, or fused), against
-    # the float64 reference, at an offset: one call large enough to take the phased loop by
-    # default where the CPU's default says so (32 MiB of float32), on one thread.
-    from fastln import _reference
+_PHASED_ACCURACY = r"""
+import sys
+import numpy as np
+import fastln
 
-    fastln.set_num_threads(1)
-    try:
-        x = (1e3 + rng.standard_normal((8192, 1024))).astype(np.float32)
-        w = rng.standard_normal(1024).astype(np.float32)
-        b = rng.standard_normal(1024).astype(np.float32)
-        y = fastln.layer_norm(x, w, b)
-        want = _reference.layer_norm(x.astype(np.float64), w.astype(np.float64),
-                                     b.astype(np.float64))
-        err = np.abs(y - want) / (np.abs(w) + np.abs(b) + 1)
-        assert err.max() < 4e-6
-    finally:
-        fastln.set_num_threads(0)
+fastln.set_num_threads(1)
+rng = np.random.default_rng(11)
+# Where long double is double (Windows, macOS on ARM), the reference rounds as float64 does.
+f64_tol = 1e-14 if np.finfo(np.longdouble).nmant >= 63 else 1e-12
+for isa in fastln.runtime_info()["isas"]:
+    fastln.set_isa(isa)
+    for dt, d in (("float32", 1024), ("float32", 768), ("float64", 512), ("float64", 300)):
+        x = (1e3 + rng.standard_normal((64, d))).astype(dt)
+        x[::3] -= 1e3  # rows near zero too
+        w = rng.standard_normal(d).astype(dt)
+        b = rng.standard_normal(d).astype(dt)
+        y, mean, rstd = fastln.layer_norm(x, w, b, return_stats=True)
+        # In long double where NumPy has it (x86: 64-bit significands), so that the reference's
+        # own rounding at the offset (about 1e-13 for float64) does not hide the loop's.
+        xl = x.astype(np.longdouble)
+        wmean = xl.mean(axis=1)
+        dev = xl - wmean[:, None]
+        wrstd = 1 / np.sqrt((dev * dev).mean(axis=1) + np.longdouble(1e-5))
+        want = (dev * wrstd[:, None] * w + b).astype(np.float64)
+        wmean, wrstd = wmean.astype(np.float64), wrstd.astype(np.float64)
+        tol = 1e-6 if dt == "float32" else f64_tol
+        scale = np.abs(w) + np.abs(b) + 1
+        for got, ref, s in ((y, want, scale), (mean, wmean, np.abs(wmean) + 1), (rstd, wrstd, wrstd)):
+            err = float(np.max(np.abs(got.astype(np.float64) - ref) / s))
+            assert err < 4 * tol, (isa, dt, d, err)
+print("ok")
+"""
+
+
+def test_phased_loop_is_accurate():
+    # The phased loop's values against a long double reference, on every ISA, in a child process
+    # that sends every one-thread call in rows of 2 to 4 KiB there (FASTLN_PHASED_MIB=0): rows at
+    # an offset of 1e3 (summed again about their mean) and near zero, with the statistics.
+    env = dict(os.environ, FASTLN_PHASED_MIB="0")
+    env.pop("FASTLN_ISA", None)
+    r = subprocess.run([sys.executable, "-c", _PHASED_ACCURACY], env=env, capture_output=True,
+                       text=True)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr

@@ -249,7 +249,8 @@ int64_t fastln_get_band_bytes(void);
  * then its normalize pass, instead of running a row's normalize pass inside the next rows'
  * statistics. The default is where that was measured faster (docs/performance-notes.md): 32 MiB on
  * AMD CPUs with an L1d of 32 KiB or less, never (INT64_MAX) elsewhere; FASTLN_PHASED_MIB=n at
- * start-up sets n MiB (negative: never). The output is bit for bit the same either way. */
+ * start-up sets n MiB (negative: never). Rows that take the column bands (fastln_set_band_bytes
+ * set to 4 KiB or less) stay there. The output is bit for bit the same either way. */
 int64_t fastln_get_phased_bytes(void);
 
 /* Threads: 0 means "follow OpenMP" (OMP_NUM_THREADS, omp_set_num_threads, threadpoolctl). */

@@ -619,8 +619,8 @@ inline int64_t CallRows(const AddNormArgs<E, T> &a, int64_t r0, int64_t r1) {
 //   1.38-1.53.
 // - 8 MiB, where x still fits in L3, 8 KiB lost: 512x4096 1.81-1.88, 1.77-1.88, 2.27-2.33;
 //   1024x2048 1.59-1.71, 1.61-1.75, 2.18-2.25. 6 MiB (2048x768) within noise.
-// Not measured on Intel CPUs or on Zen 3. Where PhasedBytes says so (AMD CPUs with a 32 KiB L1d),
-// one-thread calls in rows of kPhasedMinRowBytes to kPhasedMaxRowBytes take the phased loop
+// Not measured on Intel CPUs or on Zen 3. Where PhasedBytes says so (AMD CPUs with an L1d of
+// 32 KiB or less), one-thread calls in rows of kPhasedMinRowBytes to kPhasedMaxRowBytes take the phased loop
 // instead (PhasedRows), which does not ask for x ahead at all.
 constexpr int64_t kFarAheadBytes = int64_t(16) << 20;
 constexpr int64_t kFarAheadDistance = 8192;
